@@ -1,0 +1,402 @@
+"""A warm pool of rank processes: started once, reused for many calls, replaced when it breaks.
+
+Design (shared/design.md, principles 2-4, 6-7):
+- Rank processes come from a multiprocessing fork server that imported torch once, so a
+  pool of N ranks starts in a fraction of a second and never forks the (threaded) controller.
+- Every call has a deadline. A crash, a hang past the deadline, or ranks left stuck after
+  another rank raised tear the whole pool down (each rank is its own process-group leader,
+  killed with its descendants), after every live rank's Python stack has been dumped.
+- Each rank runs in its own session with a parent-death signal, so nothing outlives the
+  fork server, and the fork server exits when the controller does.
+- Rendezvous uses a TCPStore on a kernel-assigned port owned by rank 0: no fixed ports, no files.
+"""
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import multiprocessing.spawn as mp_spawn
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any, Callable
+
+_PRELOAD = ["torch", "torch.distributed", "simgpu.rank"]
+_context: Any = None
+
+
+def _forkserver_context() -> Any:
+    """One fork server per controller process; it imports torch once for every rank it forks."""
+    global _context
+    if _context is None:
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(_PRELOAD)
+        _context = ctx
+    return _context
+
+
+@contextlib.contextmanager
+def _without_main_reimport() -> Any:
+    """Start ranks without re-running the controller's __main__ (pytest's, or a script's).
+
+    multiprocessing's fork server re-imports __main__ in every child, as spawn does; the rank
+    functions are always importable by module name, so that import is only cost and risk.
+    """
+    original = mp_spawn.get_preparation_data
+
+    def preparation_data(name: str) -> dict:
+        data = original(name)
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+        return data
+
+    mp_spawn.get_preparation_data = preparation_data
+    try:
+        yield
+    finally:
+        mp_spawn.get_preparation_data = original
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What every rank of a pool initialises: the torch.distributed backend and its device.
+
+    backend: name given to init_process_group ("sim", "gloo", "nccl" or a registered name).
+    backend_module: imported by every rank before init_process_group (it registers `backend`).
+    device: "cpu", or "cuda" to bind rank r to the r-th visible GPU.
+    """
+
+    backend: str = "sim"
+    backend_module: str | None = None
+    device: str = "cpu"
+    init_timeout: float = 120.0
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class RankOutcome:
+    """What one rank did with one call: its return value, or the exception it raised."""
+
+    rank: int
+    ok: bool
+    value: Any = None
+    error_type: str | None = None
+    error: str | None = None
+    traceback: str | None = None
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        if self.ok:
+            return f"rank {self.rank}: ok"
+        return f"rank {self.rank}: {self.error_type}: {self.error}"
+
+
+class RankPoolError(RuntimeError):
+    """The pool broke (crash, hang, failed start). It has been torn down; the next call starts a new one.
+
+    cause_ranks: the ranks that failed first; collateral_ranks: ranks that were only waiting on them.
+    stacks: every live rank's Python stack at the moment the pool was torn down.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        summary: str,
+        cause_ranks: list[int],
+        collateral_ranks: list[int],
+        stacks: dict[int, str],
+        outcomes: list[RankOutcome | None],
+    ):
+        self.kind = kind
+        self.summary = summary
+        self.cause_ranks = cause_ranks
+        self.collateral_ranks = collateral_ranks
+        self.stacks = stacks
+        self.outcomes = outcomes
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        lines = [f"rank pool {self.kind}: {self.summary}"]
+        lines.append(f"  cause: rank(s) {self.cause_ranks}; collateral: rank(s) {self.collateral_ranks}")
+        for out in self.outcomes:
+            if out is not None and not out.ok:
+                lines.append(f"  rank {out.rank} raised {out.error_type}: {out.error}")
+                if out.traceback:
+                    lines.extend("    " + ln for ln in out.traceback.rstrip().splitlines()[-12:])
+        for rank, stack in sorted(self.stacks.items()):
+            lines.append(f"  --- python stack of rank {rank} ---")
+            lines.extend("    " + ln for ln in stack.rstrip().splitlines()[:40])
+        return "\n".join(lines)
+
+
+@dataclass
+class _Rank:
+    rank: int
+    process: Any
+    conn: Connection
+    diag: Connection
+    exitcode_note: str = field(default="")
+
+
+class RankPool:
+    """N rank processes with an initialised process group, ready to run functions.
+
+    `run(fn, *args)` calls `fn(ctx, *args)` on every rank (fn must be importable by name) and
+    returns every rank's RankOutcome. Ranks that raise are reported, not fatal; a crash or
+    hang raises RankPoolError after the pool has been killed.
+    """
+
+    def __init__(self, world_size: int, binding: Binding = Binding(), *, timeout: float = 60.0,
+                 straggler_grace: float = 5.0):
+        if world_size < 1:
+            raise ValueError(f"world_size must be >= 1, got {world_size}")
+        self.world_size = world_size
+        self.binding = binding
+        self.timeout = timeout
+        self.straggler_grace = straggler_grace
+        self._ranks: list[_Rank] = []
+        self.starts = 0
+        self.calls = 0
+
+    # ----------------------------------------------------------------- lifecycle
+    @property
+    def alive(self) -> bool:
+        return bool(self._ranks)
+
+    def start(self) -> None:
+        """Fork the ranks and initialise their process group (bounded by binding.init_timeout)."""
+        if self._ranks:
+            return
+        from simgpu import rank as rank_module
+
+        ctx = _forkserver_context()
+        ranks = []
+        try:
+            for r in range(self.world_size):
+                parent, child = ctx.Pipe(duplex=True)
+                diag_r, diag_w = ctx.Pipe(duplex=False)
+                proc = ctx.Process(
+                    target=rank_module.rank_main,
+                    args=(r, self.world_size, self.binding, child, diag_w),
+                    name=f"simgpu-rank{r}",
+                    daemon=True,
+                )
+                with _without_main_reimport():
+                    proc.start()
+                child.close()
+                diag_w.close()
+                ranks.append(_Rank(r, proc, parent, diag_r))
+            self._ranks = ranks
+            port = self._expect(0, "store_port", self.binding.init_timeout)
+            for rk in ranks[1:]:
+                rk.conn.send(("store_port", port))
+            self._collect_ready()
+        except BaseException:
+            self._ranks = ranks
+            self.close(force=True)
+            raise
+        self.starts += 1
+
+    def _expect(self, rank: int, tag: str, timeout: float) -> Any:
+        rk = self._ranks[rank]
+        ready = wait([rk.conn, rk.process.sentinel], timeout)
+        msg = _recv_or_none(rk.conn) if rk.conn in ready else None
+        if msg is not None:
+            if msg[0] == tag:
+                return msg[1]
+            if msg[0] == "init_error":
+                self._start_failed(f"rank {rank} failed to initialise backend {self.binding.backend!r}: {msg[1]}",
+                                   [rank], msg[2])
+        if ready:
+            rk.process.join(1.0)
+            self._start_failed(f"rank {rank} died during start-up (exit code {rk.process.exitcode})", [rank], None)
+        self._start_failed(f"rank {rank} did not start within {timeout:.0f}s", [rank], None)
+
+    def _collect_ready(self) -> None:
+        pending = {rk.conn: rk for rk in self._ranks}
+        deadline = time.monotonic() + self.binding.init_timeout
+        while pending:
+            left = deadline - time.monotonic()
+            ready = wait(list(pending) + [rk.process.sentinel for rk in pending.values()], max(left, 0))
+            if not ready:
+                self._start_failed(
+                    f"ranks {sorted(rk.rank for rk in pending.values())} did not finish init_process_group"
+                    f" within {self.binding.init_timeout:.0f}s", sorted(rk.rank for rk in pending.values()), None)
+            for conn in [c for c in ready if c in pending]:
+                rk = pending.pop(conn)
+                msg = _recv_or_none(conn)
+                if msg is None:
+                    self._start_failed(f"rank {rk.rank} died during init_process_group", [rk.rank], None)
+                if msg[0] == "init_error":
+                    self._start_failed(
+                        f"rank {rk.rank} failed to initialise backend {self.binding.backend!r}: {msg[1]}",
+                        [rk.rank], msg[2])
+            for rk in list(pending.values()):
+                if rk.process.sentinel in ready and not rk.conn.poll():
+                    self._start_failed(f"rank {rk.rank} died during init_process_group"
+                                       f" (exit code {rk.process.exitcode})", [rk.rank], None)
+
+    def _start_failed(self, summary: str, cause: list[int], tb: str | None) -> None:
+        stacks = self._dump_stacks([rk for rk in self._ranks if rk.rank not in cause])
+        outcomes: list[RankOutcome | None] = [None] * self.world_size
+        if tb:
+            outcomes[cause[0]] = RankOutcome(cause[0], False, error_type="InitError", error=summary, traceback=tb)
+        self.close(force=True)
+        others = [r for r in range(self.world_size) if r not in cause]
+        raise RankPoolError("start failure", summary, cause, others, stacks, outcomes)
+
+    def close(self, force: bool = False) -> None:
+        """Stop every rank: politely (destroy_process_group) unless force, then kill what is left."""
+        ranks, self._ranks = self._ranks, []
+        if not force:
+            for rk in ranks:
+                try:
+                    rk.conn.send(("close",))
+                except OSError:
+                    pass
+            deadline = time.monotonic() + 5.0
+            for rk in ranks:
+                rk.process.join(max(deadline - time.monotonic(), 0))
+        for rk in ranks:
+            _kill_tree(rk.process.pid)
+            rk.process.join(5.0)
+            rk.conn.close()
+            rk.diag.close()
+
+    def __enter__(self) -> "RankPool":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def pids(self) -> list[int]:
+        return [rk.process.pid for rk in self._ranks]
+
+    # ----------------------------------------------------------------- calls
+    def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> list[RankOutcome]:
+        """Run fn(ctx, *args) on every rank; same args everywhere (ranks pick their part by ctx.rank)."""
+        return self.run_per_rank(fn, [args] * self.world_size, timeout=timeout)
+
+    def run_per_rank(self, fn: Callable[..., Any], per_rank_args: list[tuple],
+                     timeout: float | None = None) -> list[RankOutcome]:
+        """Run fn(ctx, *per_rank_args[r]) on rank r, for every rank, under one deadline."""
+        if len(per_rank_args) != self.world_size:
+            raise ValueError(f"per_rank_args has {len(per_rank_args)} entries for {self.world_size} ranks")
+        self.start()
+        self.calls += 1
+        timeout = self.timeout if timeout is None else timeout
+        for rk, args in zip(self._ranks, per_rank_args):
+            try:
+                rk.conn.send(("call", fn, args))
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # seen below as a crash
+        outcomes: list[RankOutcome | None] = [None] * self.world_size
+        first_error_at: float | None = None
+        error_order: list[int] = []
+        pending = {rk.conn: rk for rk in self._ranks}
+        deadline = time.monotonic() + timeout
+        while pending:
+            now = time.monotonic()
+            limit = deadline if first_error_at is None else min(deadline, first_error_at + self.straggler_grace)
+            waitables = list(pending) + [rk.process.sentinel for rk in pending.values()]
+            ready = wait(waitables, max(limit - now, 0))
+            if not ready:
+                waiting = sorted(rk.rank for rk in pending.values())
+                if first_error_at is not None:
+                    self._break("hang after error",
+                                f"rank(s) {error_order} raised; rank(s) {waiting} were still running"
+                                f" {self.straggler_grace:.1f}s later (probably blocked in a collective)",
+                                error_order, waiting, outcomes)
+                self._break("timeout", f"rank(s) {waiting} did not finish within {timeout:.1f}s",
+                            waiting, sorted(set(range(self.world_size)) - set(waiting)), outcomes)
+            dead = []
+            for conn in [c for c in ready if c in pending]:
+                rk = pending[conn]
+                msg = _recv_or_none(conn)
+                if msg is None:
+                    dead.append(rk)
+                    continue
+                del pending[conn]
+                outcomes[rk.rank] = _outcome(rk.rank, msg)
+                if not outcomes[rk.rank].ok:
+                    error_order.append(rk.rank)
+                    if first_error_at is None:
+                        first_error_at = time.monotonic()
+            dead += [rk for rk in pending.values()
+                     if rk not in dead and rk.process.sentinel in ready and not rk.conn.poll()]
+            if dead:
+                for rk in dead:
+                    rk.process.join(1.0)
+                dead_ranks = sorted(rk.rank for rk in dead)
+                notes = ", ".join(f"rank {rk.rank} {_exit_note(rk.process)}" for rk in dead)
+                self._break("crash", notes, error_order + dead_ranks,
+                            sorted(set(range(self.world_size)) - set(dead_ranks) - set(error_order)), outcomes)
+        return outcomes  # type: ignore[return-value]
+
+    def _break(self, kind: str, summary: str, cause: list[int], collateral: list[int],
+               outcomes: list[RankOutcome | None]) -> None:
+        live = [rk for rk in self._ranks if rk.process.is_alive() and outcomes[rk.rank] is None]
+        stacks = self._dump_stacks(live)
+        self.close(force=True)
+        raise RankPoolError(kind, summary, cause, collateral, stacks, outcomes)
+
+    def _dump_stacks(self, ranks: list[_Rank]) -> dict[int, str]:
+        """Ask each live rank for its Python stack (faulthandler on SIGUSR1) and read it back."""
+        for rk in ranks:
+            try:
+                os.kill(rk.process.pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.3 if ranks else 0)
+        stacks = {}
+        for rk in ranks:
+            chunks = []
+            fd = rk.diag.fileno()
+            os.set_blocking(fd, False)
+            while True:
+                try:
+                    data = os.read(fd, 65536)
+                except (BlockingIOError, OSError):
+                    break
+                if not data:
+                    break
+                chunks.append(data)
+            stacks[rk.rank] = b"".join(chunks).decode(errors="replace") or "(no stack: rank did not answer)"
+        return stacks
+
+
+def _recv_or_none(conn: Connection) -> Any:
+    try:
+        return conn.recv()
+    except (EOFError, OSError):
+        return None
+
+
+def _outcome(rank: int, msg: tuple) -> RankOutcome:
+    if msg[0] == "ok":
+        return RankOutcome(rank, True, value=msg[1], seconds=msg[2])
+    _, etype, text, tb, seconds = msg
+    return RankOutcome(rank, False, error_type=etype, error=text, traceback=tb, seconds=seconds)
+
+
+def _exit_note(proc: Any) -> str:
+    code = proc.exitcode
+    if code is None:
+        return "stopped answering"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _kill_tree(pid: int) -> None:
+    """Kill the rank's whole process group (it is a session leader), then the rank itself."""
+    for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            kill()
+        except (ProcessLookupError, PermissionError):
+            pass

@@ -1,0 +1,136 @@
+"""The body of one rank process: initialise the process group once, then serve calls.
+
+Runs inside processes forked by the pool's fork server (torch already imported there).
+"""
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import importlib
+import os
+import signal
+import sys
+import time
+import traceback
+from datetime import timedelta
+from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Own session (so the pool can kill our whole tree) and SIGKILL when the fork server dies."""
+    try:
+        os.setsid()
+    except OSError:
+        pass
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # parent already gone before prctl took effect
+        os._exit(1)
+
+
+class RankContext:
+    """What a function running on a rank gets: its rank, the world, its device, cached subgroups."""
+
+    def __init__(self, rank: int, world_size: int, backend: str, device: Any):
+        self.rank = rank
+        self.world_size = world_size
+        self.backend = backend
+        self.device = device
+        self._groups: dict[tuple[int, ...], Any] = {}
+        self.scratch: dict[str, Any] = {}
+
+    def group(self, ranks: tuple[int, ...] | None) -> Any:
+        """The process group of `ranks` (None: the default group).
+
+        Every rank must call this with the same ranks in the same order (new_group is collective);
+        groups are cached, so repeated examples reuse them.
+        """
+        import torch.distributed as dist
+
+        if ranks is None or tuple(ranks) == tuple(range(self.world_size)):
+            return None
+        key = tuple(ranks)
+        if key not in self._groups:
+            self._groups[key] = dist.new_group(list(key))
+        return self._groups[key]
+
+
+def _init(rank: int, world_size: int, binding: Any, conn: Any) -> RankContext:
+    import torch
+    import torch.distributed as dist
+
+    for key, value in binding.env:
+        os.environ[key] = value
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    if binding.backend_module:
+        importlib.import_module(binding.backend_module)
+    if binding.backend == "sim":
+        importlib.import_module("simgpu.backend")
+    if rank == 0:
+        store = dist.TCPStore("127.0.0.1", 0, world_size, True, timedelta(seconds=binding.init_timeout),
+                              wait_for_workers=False)
+        conn.send(("store_port", store.port))
+    else:
+        tag, port = conn.recv()
+        assert tag == "store_port", tag
+        store = dist.TCPStore("127.0.0.1", port, world_size, False, timedelta(seconds=binding.init_timeout))
+    device = torch.device("cpu")
+    kwargs: dict[str, Any] = {}
+    if binding.device == "cuda":
+        device = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        kwargs["device_id"] = device
+    dist.init_process_group(binding.backend, store=store, rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=binding.init_timeout), **kwargs)
+    return RankContext(rank, world_size, binding.backend, device)
+
+
+def rank_main(rank: int, world_size: int, binding: Any, conn: Any, diag: Any) -> None:
+    """Entry point of a rank process (target of the pool's Process)."""
+    _die_with_parent()
+    faulthandler.register(signal.SIGUSR1, file=diag.fileno(), all_threads=True)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
+    try:
+        ctx = _init(rank, world_size, binding, conn)
+    except BaseException as exc:  # noqa: BLE001 - reported to the controller, then exit
+        conn.send(("init_error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        os._exit(3)
+    conn.send(("ready", None))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            os._exit(0)
+        if msg[0] == "close":
+            break
+        _, fn, args = msg
+        start = time.perf_counter()
+        try:
+            value = fn(ctx, *args)
+            reply = ("ok", value, time.perf_counter() - start)
+            conn.send(reply)
+        except BaseException as exc:  # noqa: BLE001 - every rank's exception goes back to the controller
+            reply = ("err", _qualname(type(exc)), str(exc), traceback.format_exc(), time.perf_counter() - start)
+            try:
+                conn.send(reply)
+            except Exception as send_exc:  # an unpicklable value or exception
+                conn.send(("err", _qualname(type(send_exc)), f"could not send result: {send_exc}",
+                           traceback.format_exc(), time.perf_counter() - start))
+    try:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    finally:
+        sys.stdout.flush()
+        os._exit(0)
+
+
+def _qualname(cls: type) -> str:
+    module = cls.__module__
+    return cls.__qualname__ if module in ("builtins", "__main__") else f"{module}.{cls.__qualname__}"
