@@ -1,0 +1,138 @@
+"""Support tables: what each backend must accept, and the error it must raise for the rest.
+
+semantics.md section 3 is the source; entries marked [run] were settled by runs of this suite
+(where a run disagreed with the page, the run won). A backend with no table here is probed:
+the suite discovers per combination whether it is supported (see conformance/driver.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from conformance.dtypes import DTYPES, DType
+from conformance.spec import Reject
+
+# torch's Python layer hands complex tensors to these as real views (torch.view_as_real);
+# the others pass the complex tensor to the backend itself.
+REAL_VIEW_COLLECTIVES = frozenset({
+    "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "all_gather_single", "scatter",
+    "all_to_all", "all_to_all_single", "send_recv", "isend_irecv", "batch_isend_irecv",
+})
+COMPLEX_OPS = frozenset({"sum", "avg", "premul_sum"})  # torch's supports_complex(): the rest raise ValueError
+P2P_COLLECTIVES = frozenset({"send_recv", "isend_irecv", "batch_isend_irecv"})
+FP8 = ("float8_e4m3fn", "float8_e5m2")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A backend's support table. `flavor` picks the oracle's NaN and rounding rules."""
+
+    name: str
+    flavor: str
+    dtypes: tuple[str, ...]     # dtypes the suite draws against this backend (claimed and rejected ones)
+    description: str
+
+    def reject(self, collective: str, dtype: str | None, op: str | None, layout: str,
+               features: frozenset[str] = frozenset()) -> Reject | None:
+        """The error this backend must raise for the combination, or None if it must work.
+
+        Where several rules apply, the backend may report any one of them (checks run in its own order).
+        """
+        found: list[Reject | None] = []
+        if dtype is not None:
+            found.append(self._dtype_rule(collective, DTYPES[dtype]))
+            if op is not None:
+                found.append(_complex_op_rule(collective, dtype, op))
+                found.append(self._op_rule(collective, DTYPES[dtype], op))
+        if layout != "contiguous":
+            found.append(self._layout_rule(collective))
+        found.extend(self._feature_rule(collective, feature) for feature in sorted(features))
+        return Reject.any_of([r for r in found if r is not None])
+
+    def _dtype_rule(self, collective: str, dtype: DType) -> Reject | None:
+        raise NotImplementedError
+
+    def _op_rule(self, collective: str, dtype: DType, op: str) -> Reject | None:
+        raise NotImplementedError
+
+    def _layout_rule(self, collective: str) -> Reject | None:
+        raise NotImplementedError
+
+    def _feature_rule(self, collective: str, feature: str) -> Reject | None:
+        raise NotImplementedError
+
+
+def _complex_op_rule(collective: str, dtype: str | None, op: str) -> Reject | None:
+    if dtype == "complex64" and collective in REAL_VIEW_COLLECTIVES and op not in COMPLEX_OPS:
+        return Reject(("ValueError",), r"does not support .* on complex tensors",
+                      "torch rejects this reduce op on complex tensors")
+    return None
+
+
+class NcclProfile(Profile):
+    """NCCL 2.28 through torch 2.11 (semantics.md, NCCL column); the simulator is held to it too."""
+
+    def _dtype_rule(self, collective: str, dtype: DType) -> Reject | None:
+        unsupported = dtype.name in ("int16", "uint16", "uint32", "uint64")
+        unsupported |= dtype.kind == "complex" and collective not in REAL_VIEW_COLLECTIVES
+        if unsupported:
+            return Reject(("TypeError",), r"data type is not supported|not supported for NCCL",
+                          "dtype not in NCCL's type map")
+        return None
+
+    def _op_rule(self, collective: str, dtype: DType, op: str) -> Reject | None:
+        if op in ("band", "bor", "bxor"):
+            return Reject(("ValueError",), rf"Cannot use ReduceOp\.{op.upper()} with NCCL", "NCCL has no bitwise ops")
+        if op == "avg" and dtype.kind == "bool":
+            return Reject(("TypeError",), r"AVG.*bool|bool.*AVG", "NCCL rejects AVG on bool")
+        if op == "premul_sum" and dtype.name not in ("float16", "float32", "float64", "bfloat16", "complex64"):
+            return Reject(("TypeError",), r"PREMUL_SUM|premul", "PREMUL_SUM needs a floating dtype")
+        return None
+
+    def _layout_rule(self, collective: str) -> Reject | None:
+        if collective in P2P_COLLECTIVES:
+            return None  # NCCL only warns for send/recv
+        return Reject(("ValueError",), r"Tensors must be contiguous", "NCCL needs contiguous tensors")
+
+    def _feature_rule(self, collective: str, feature: str) -> Reject | None:
+        return None  # uneven sizes and stacked outputs are all accepted by NCCL
+
+
+class GlooProfile(Profile):
+    """gloo as shipped in torch 2.13 (semantics.md, gloo column)."""
+
+    def _dtype_rule(self, collective: str, dtype: DType) -> Reject | None:
+        if dtype.name in ("int16", "uint16", "uint32", "uint64") or dtype.name in FP8:
+            return Reject(("RuntimeError",), r"Invalid scalar type|not supported|Unsupported",
+                          "dtype not in gloo's type map")
+        return None
+
+    def _op_rule(self, collective: str, dtype: DType, op: str) -> Reject | None:
+        if op == "premul_sum":
+            return Reject(("RuntimeError", "ValueError"), r"PREMUL_SUM", "gloo has no PREMUL_SUM")
+        if op in ("band", "bor", "bxor") and not dtype.is_integral:
+            return Reject(("RuntimeError",), r"non-integral", "gloo bitwise ops need integer dtypes")
+        if op == "avg" and dtype.is_integral:
+            return Reject(("RuntimeError",), r"can't be cast|AVG", "gloo AVG divides in floating point")
+        return None
+
+    def _layout_rule(self, collective: str) -> Reject | None:
+        return None
+
+    def _feature_rule(self, collective: str, feature: str) -> Reject | None:
+        if feature == "uneven":
+            return Reject(("RuntimeError", "ValueError"), r".", "gloo needs equal sizes")
+        if feature == "stacked_output":
+            return Reject(("RuntimeError", "ValueError"), r".", "gloo needs the dim-0 concatenated shape")
+        return None
+
+
+_ALL = tuple(DTYPES)
+NCCL = NcclProfile("nccl", "nccl", _ALL, "NCCL 2.28 via torch 2.11 (semantics.md)")
+GLOO = GlooProfile("gloo", "gloo", _ALL, "gloo in torch 2.13")
+
+BUILTIN_BACKENDS = ("sim", "gloo", "nccl")
+
+
+def profile_for(backend: str) -> Profile | None:
+    """The table a backend is held to: sim is held to NCCL's; unknown backends have none (probed)."""
+    return {"sim": NCCL, "nccl": NCCL, "gloo": GLOO}.get(backend)

@@ -1,0 +1,13 @@
+"""One module per collective (or family); importing this package registers every spec in conformance.spec.SPECS."""
+from conformance.collectives import (  # noqa: F401
+    all_gather,
+    all_reduce,
+    all_to_all,
+    barrier,
+    broadcast,
+    gather_scatter,
+    objects,
+    p2p,
+    reduce,
+    reduce_scatter,
+)

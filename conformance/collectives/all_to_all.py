@@ -1,0 +1,111 @@
+"""all_to_all family: member r sends its j-th piece to member j.
+
+all_to_all(out_list, in_list): out_list[j] <- in_list_j[r] (pieces may differ in size).
+all_to_all_single(out, in, output_split_sizes, input_split_sizes): rows of `in` go out in pieces;
+splits default to n equal pieces.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+from conformance.collectives.all_reduce import async_verdict
+from conformance.collectives.common import draw_frame, draw_layout, expect, members_only
+from conformance.oracle import OK, Verdict, check_exact_copy
+from conformance.spec import Case, CollectiveSpec, register
+from conformance.strategies import shapes, values
+from conformance.tensors import arrays, empty, make
+
+
+def _draw_matrix(draw: Any, n: int) -> list[list[int]]:
+    """rows[i][j]: how many rows member i sends to member j (equal everywhere, or uneven with zeros)."""
+    if draw(st.booleans(), label="equal splits"):
+        k = draw(st.integers(0, 3))
+        return [[k] * n for _ in range(n)]
+    return [[draw(st.integers(0, 3)) for _ in range(n)] for _ in range(n)]
+
+
+def list_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
+    case = draw_frame(draw, world_size, cell)
+    tail = draw(shapes(min_dims=0, max_dims=1), label="trailing shape")
+    m = _draw_matrix(draw, case.size)
+    case.params["rows"] = m
+    all_shapes = [(m[i][j], *tail) for i in range(case.size) for j in range(case.size)]
+    draw_layout(draw, case, *all_shapes)
+    case.inputs = [[draw(values(case.dtype, (m[i][j], *tail))) for j in range(case.size)] for i in range(case.size)]
+    return case
+
+
+@members_only
+def run_list(ctx: Any, case: Case, group: Any, me: int) -> dict:
+    import torch.distributed as dist
+
+    ins = [make(x, case.dtype, case.layout, ctx.device) for x in case.inputs[me]]
+    outs = [empty(case.inputs[j][me].shape, case.dtype, case.layout, ctx.device) for j in range(case.size)]
+    work = dist.all_to_all(outs, ins, group=group, async_op=case.async_op)
+    waited = work.wait() if case.async_op else None
+    return {"out": arrays(outs), "waited": waited}
+
+
+def check_list(case: Case, outputs: list[dict], flavor: str) -> list[Verdict]:
+    verdicts = []
+    for me, out in enumerate(outputs):
+        bad = async_verdict(case, out)
+        for j in range(case.size):
+            if bad is None:
+                v = check_exact_copy(out["out"][j], case.inputs[j][me], f"output_tensor_list[{j}]")
+                bad = None if v.ok else v
+        verdicts.append(bad or OK)
+    return verdicts
+
+
+def single_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
+    case = draw_frame(draw, world_size, cell)
+    tail = draw(shapes(min_dims=0, max_dims=1), label="trailing shape")
+    m = _draw_matrix(draw, case.size)
+    equal = len({x for row in m for x in row}) == 1
+    case.params["default_splits"] = equal and draw(st.booleans(), label="splits=None")
+    case.params["rows"] = m
+    in_shapes = [(sum(m[i]), *tail) for i in range(case.size)]
+    out_shapes = [(sum(m[i][j] for i in range(case.size)), *tail) for j in range(case.size)]
+    case.params["out_shapes"] = out_shapes
+    draw_layout(draw, case, *in_shapes, *out_shapes)
+    case.inputs = [draw(values(case.dtype, s)) for s in in_shapes]
+    return case
+
+
+@members_only
+def run_single(ctx: Any, case: Case, group: Any, me: int) -> dict:
+    import torch.distributed as dist
+
+    m = case.params["rows"]
+    t = make(case.inputs[me], case.dtype, case.layout, ctx.device)
+    out = empty(case.params["out_shapes"][me], case.dtype, case.layout, ctx.device)
+    splits: dict[str, Any] = {}
+    if not case.params["default_splits"]:
+        splits = {"input_split_sizes": list(m[me]), "output_split_sizes": [m[i][me] for i in range(case.size)]}
+    work = dist.all_to_all_single(out, t, group=group, async_op=case.async_op, **splits)
+    waited = work.wait() if case.async_op else None
+    return {"out": arrays(out), "waited": waited}
+
+
+def check_single(case: Case, outputs: list[dict], flavor: str) -> list[Verdict]:
+    m = case.params["rows"]
+    verdicts = []
+    for me, out in enumerate(outputs):
+        pieces = []
+        for i in range(case.size):
+            start = sum(m[i][:me])
+            pieces.append(case.inputs[i][start:start + m[i][me]])
+        verdicts.append(async_verdict(case, out) or check_exact_copy(out["out"], np.concatenate(pieces)))
+    return verdicts
+
+
+register(CollectiveSpec(
+    name="all_to_all", family="data", cases=list_cases, run=run_list, check=check_list,
+    expect=lambda profile, case: expect(profile, case), busbw_factor=lambda n: (n - 1) / n, doc=__doc__))
+register(CollectiveSpec(
+    name="all_to_all_single", family="data", cases=single_cases, run=run_single, check=check_single,
+    expect=lambda profile, case: expect(profile, case), busbw_factor=lambda n: (n - 1) / n, doc=__doc__))

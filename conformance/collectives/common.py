@@ -1,0 +1,73 @@
+"""Pieces the collective specs share: drawing group/root/layout, building ops, the default expectation."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from hypothesis import strategies as st
+
+from conformance.backends import Profile
+from conformance.spec import Case, Cell, Reject
+from conformance.strategies import layouts, premul_factors, subgroups
+from conformance.tensors import is_contiguous_layout
+
+Draw = Callable[[st.SearchStrategy[Any]], Any]
+
+
+def reduce_op(name: str, factor: float | None = None) -> Any:
+    """torch.distributed.ReduceOp for a name; premul_sum needs its factor (NCCL's _make_nccl_premul_sum)."""
+    import torch.distributed as dist
+
+    if name == "premul_sum":
+        return dist._make_nccl_premul_sum(factor)
+    return getattr(dist.ReduceOp, {"product": "PRODUCT"}.get(name, name.upper()))
+
+
+def draw_frame(draw: Draw, world_size: int, cell: Cell, *, subgroup: bool = True, root: bool = False,
+               min_group: int = 1) -> Case:
+    """The parts every collective draws: subgroup, root, async_op, premul factor."""
+    group = draw(subgroups(world_size, min_group)) if subgroup else None
+    case = Case(cell.collective, world_size, cell.dtype, cell.op, group=group)
+    if root:
+        case.root = draw(st.integers(0, case.size - 1), label="root")
+    case.async_op = draw(st.booleans(), label="async_op")
+    if cell.op == "premul_sum":
+        case.params["factor"] = draw(premul_factors(), label="premul_factor")
+    return case
+
+
+def draw_layout(draw: Draw, case: Case, *tensor_shapes: tuple[int, ...]) -> str:
+    """Draw a layout and keep it only if some tensor of the case really ends up non-contiguous."""
+    layout = draw(layouts(tensor_shapes[0] if tensor_shapes else ()), label="layout")
+    if layout != "contiguous" and all(is_contiguous_layout(s, case.dtype, layout) for s in tensor_shapes):
+        layout = "contiguous"
+    case.layout = layout
+    return layout
+
+
+def expect(profile: Profile, case: Case, *features: str) -> Reject | None:
+    """The default support question: dtype, reduce op, layout, then collective-specific features."""
+    return profile.reject(case.collective, case.dtype, case.op, case.layout, frozenset(f for f in features if f))
+
+
+def members_only(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Rank-side decorator: ranks outside the case's group still create the group (collective) and return None."""
+    import functools
+
+    @functools.wraps(fn)
+    def run(ctx: Any, case: Case) -> Any:
+        group = ctx.group(case.group)
+        if ctx.rank not in case.members:
+            return None
+        return fn(ctx, case, group, case.members.index(ctx.rank))
+
+    return run
+
+
+def has_dist(name: str) -> Callable[[], bool]:
+    """Availability test for a torch.distributed function that only newer torch versions have."""
+    def available() -> bool:
+        import torch.distributed as dist
+
+        return hasattr(dist, name)
+
+    return available

@@ -1,0 +1,72 @@
+"""gather and scatter through a root.
+
+gather(tensor, gather_list, dst): gather_list[j] <- x_j on dst only; gather_list must be given on dst
+and must NOT be given elsewhere (ValueError). scatter(tensor, scatter_list, src): tensor <- scatter_list_src[rank].
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.collectives.all_reduce import async_verdict
+from conformance.collectives.common import draw_frame, draw_layout, expect, members_only
+from conformance.oracle import OK, Verdict, check_exact_copy
+from conformance.spec import Case, CollectiveSpec, register
+from conformance.strategies import per_rank_values, shapes
+from conformance.tensors import arrays, empty, make
+
+
+def cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
+    case = draw_frame(draw, world_size, cell, root=True)
+    shape = draw(shapes(min_dims=0), label="shape")
+    draw_layout(draw, case, shape)
+    case.inputs = draw(per_rank_values(case.dtype, shape, case.size), label="inputs")
+    return case
+
+
+@members_only
+def run_gather(ctx: Any, case: Case, group: Any, me: int) -> dict:
+    import torch.distributed as dist
+
+    t = make(case.inputs[me], case.dtype, case.layout, ctx.device)
+    outs = [empty(x.shape, case.dtype, case.layout, ctx.device) for x in case.inputs] if me == case.root else None
+    work = dist.gather(t, outs, dst=case.members[case.root], group=group, async_op=case.async_op)
+    waited = work.wait() if case.async_op else None
+    return {"out": arrays(outs) if outs is not None else None, "waited": waited}
+
+
+def check_gather(case: Case, outputs: list[dict], flavor: str) -> list[Verdict]:
+    verdicts = []
+    for me, out in enumerate(outputs):
+        bad = async_verdict(case, out)
+        if bad is None and me == case.root:
+            for j, want in enumerate(case.inputs):
+                v = check_exact_copy(out["out"][j], want, f"gather_list[{j}]")
+                if not v.ok:
+                    bad = v
+                    break
+        verdicts.append(bad or OK)
+    return verdicts
+
+
+@members_only
+def run_scatter(ctx: Any, case: Case, group: Any, me: int) -> dict:
+    import torch.distributed as dist
+
+    t = empty(case.inputs[me].shape, case.dtype, case.layout, ctx.device)
+    parts = [make(x, case.dtype, case.layout, ctx.device) for x in case.inputs] if me == case.root else None
+    work = dist.scatter(t, parts, src=case.members[case.root], group=group, async_op=case.async_op)
+    waited = work.wait() if case.async_op else None
+    return {"out": arrays(t), "waited": waited}
+
+
+def check_scatter(case: Case, outputs: list[dict], flavor: str) -> list[Verdict]:
+    return [async_verdict(case, out) or check_exact_copy(out["out"], case.inputs[me])
+            for me, out in enumerate(outputs)]
+
+
+register(CollectiveSpec(
+    name="gather", family="data", cases=cases, run=run_gather, check=check_gather,
+    expect=lambda profile, case: expect(profile, case), busbw_factor=lambda n: (n - 1) / n, doc=__doc__))
+register(CollectiveSpec(
+    name="scatter", family="data", cases=cases, run=run_scatter, check=check_scatter,
+    expect=lambda profile, case: expect(profile, case), busbw_factor=lambda n: (n - 1) / n, doc=__doc__))

@@ -1,0 +1,48 @@
+"""reduce: dst's tensor <- (+)_r x_r. Other ranks' tensors are unspecified (gloo overwrites them
+with partial results, pytorch#76527; NCCL leaves them unchanged), so the oracle checks dst only."""
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.collectives.all_reduce import async_verdict
+from conformance.collectives.common import draw_frame, draw_layout, expect, members_only, reduce_op
+from conformance.dtypes import DTYPES
+from conformance.oracle import OK, Verdict, check_reduction
+from conformance.spec import Case, CollectiveSpec, register
+from conformance.strategies import per_rank_values, shapes
+from conformance.tensors import arrays, make
+
+
+def cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
+    case = draw_frame(draw, world_size, cell, root=True)
+    shape = draw(shapes(min_dims=0), label="shape")
+    draw_layout(draw, case, shape)
+    case.inputs = draw(per_rank_values(case.dtype, shape, case.size, case.op), label="inputs")
+    return case
+
+
+@members_only
+def run(ctx: Any, case: Case, group: Any, me: int) -> dict:
+    import torch.distributed as dist
+
+    t = make(case.inputs[me], case.dtype, case.layout, ctx.device)
+    work = dist.reduce(t, dst=case.members[case.root], op=reduce_op(case.op, case.params.get("factor")),
+                       group=group, async_op=case.async_op)
+    waited = work.wait() if case.async_op else None
+    return {"out": arrays(t), "waited": waited}
+
+
+def check(case: Case, outputs: list[dict], flavor: str) -> list[Verdict]:
+    dtype = DTYPES[case.dtype]
+    verdicts = []
+    for me, out in enumerate(outputs):
+        bad = async_verdict(case, out)
+        if bad is None and me == case.root:
+            bad = check_reduction(out["out"], case.inputs, case.op, dtype, flavor, case.params.get("factor"))
+        verdicts.append(bad or OK)
+    return verdicts
+
+
+SPEC = register(CollectiveSpec(
+    name="reduce", family="reduce", cases=cases, run=run, check=check,
+    expect=lambda profile, case: expect(profile, case), busbw_factor=lambda n: 1.0, doc=__doc__))

@@ -1,0 +1,102 @@
+"""reduce_scatter family: member r ends up with the reduction of every member's r-th piece.
+
+reduce_scatter(output, input_list): output <- (+)_j input_list_j[r]; NCCL handles uneven piece sizes.
+reduce_scatter_tensor(out, in) / reduce_scatter_single (2.13): out <- chunk_r((+)_j x_j) along dim 0;
+gloo needs in.shape[0] == n * out.shape[0].
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from conformance.collectives.all_reduce import async_verdict
+from conformance.collectives.common import draw_frame, has_dist, draw_layout, expect, members_only, reduce_op
+from conformance.dtypes import DTYPES
+from conformance.oracle import Verdict, check_reduction
+from conformance.spec import Case, CollectiveSpec, register
+from conformance.strategies import shapes, values
+from conformance.tensors import arrays, empty, make
+
+
+def list_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
+    case = draw_frame(draw, world_size, cell)
+    tail = draw(shapes(min_dims=0, max_dims=1), label="trailing shape")
+    uneven = case.size > 1 and draw(st.booleans(), label="uneven")
+    rows = [draw(st.integers(0, 4)) for _ in range(case.size)] if uneven else [draw(st.integers(0, 4))] * case.size
+    case.params["uneven"] = len(set(rows)) > 1
+    piece_shapes = [(r, *tail) for r in rows]
+    draw_layout(draw, case, *piece_shapes)
+    # inputs[j] = member j's input_list: one piece per member
+    case.inputs = [[draw(values(case.dtype, s, case.op)) for s in piece_shapes] for _ in range(case.size)]
+    return case
+
+
+@members_only
+def run_list(ctx: Any, case: Case, group: Any, me: int) -> dict:
+    import torch.distributed as dist
+
+    pieces = [make(x, case.dtype, case.layout, ctx.device) for x in case.inputs[me]]
+    out = empty(case.inputs[me][me].shape, case.dtype, case.layout, ctx.device)
+    work = dist.reduce_scatter(out, pieces, op=reduce_op(case.op, case.params.get("factor")), group=group,
+                               async_op=case.async_op)
+    waited = work.wait() if case.async_op else None
+    return {"out": arrays(out), "waited": waited}
+
+
+def check_list(case: Case, outputs: list[dict], flavor: str) -> list[Verdict]:
+    dtype = DTYPES[case.dtype]
+    return [async_verdict(case, out) or check_reduction(out["out"], [case.inputs[j][me] for j in range(case.size)],
+                                                         case.op, dtype, flavor, case.params.get("factor"))
+            for me, out in enumerate(outputs)]
+
+
+def tensor_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
+    case = draw_frame(draw, world_size, cell)
+    out_shape = draw(shapes(min_dims=1, max_dims=2), label="output shape")
+    in_shape = (case.size * out_shape[0], *out_shape[1:])
+    case.params["out_shape"] = out_shape
+    draw_layout(draw, case, in_shape, out_shape)
+    case.inputs = [draw(values(case.dtype, in_shape, case.op)) for _ in range(case.size)]
+    return case
+
+
+def _run_tensor(fn_name: str) -> Any:
+    @members_only
+    def run(ctx: Any, case: Case, group: Any, me: int) -> dict:
+        import torch.distributed as dist
+
+        t = make(case.inputs[me], case.dtype, case.layout, ctx.device)
+        out = empty(case.params["out_shape"], case.dtype, case.layout, ctx.device)
+        work = getattr(dist, fn_name)(out, t, op=reduce_op(case.op, case.params.get("factor")), group=group,
+                                      async_op=case.async_op)
+        waited = work.wait() if case.async_op else None
+        return {"out": arrays(out), "waited": waited}
+
+    run.__name__ = run.__qualname__ = f"run_{fn_name}"
+    return run
+
+
+run_reduce_scatter_tensor = _run_tensor("reduce_scatter_tensor")
+run_reduce_scatter_single = _run_tensor("reduce_scatter_single")
+
+
+def check_tensor(case: Case, outputs: list[dict], flavor: str) -> list[Verdict]:
+    dtype = DTYPES[case.dtype]
+    rows = case.params["out_shape"][0]
+    return [async_verdict(case, out) or check_reduction(out["out"], [x[me * rows:(me + 1) * rows] for x in case.inputs],
+                                                         case.op, dtype, flavor, case.params.get("factor"))
+            for me, out in enumerate(outputs)]
+
+
+
+register(CollectiveSpec(
+    name="reduce_scatter", family="reduce", cases=list_cases, run=run_list, check=check_list,
+    expect=lambda profile, case: expect(profile, case, "uneven" if case.params["uneven"] else ""),
+    busbw_factor=lambda n: (n - 1) / n, doc=__doc__))
+for _name, _run in (("reduce_scatter_tensor", run_reduce_scatter_tensor),
+                    ("reduce_scatter_single", run_reduce_scatter_single)):
+    register(CollectiveSpec(
+        name=_name, family="reduce", cases=tensor_cases, run=_run, check=check_tensor,
+        expect=lambda profile, case: expect(profile, case), busbw_factor=lambda n: (n - 1) / n,
+        available=has_dist(_name), doc=__doc__))

@@ -1,0 +1,202 @@
+"""The NumPy oracle: what every rank must hold after a collective (shared/semantics.md section 4).
+
+Exact types are computed exactly (integers wrap modulo 2**bits, as both backends do).
+Floating results are checked against forward-error bounds for any summation order, per dtype
+and world size, never a blanket rtol:
+  SUM   |y - S| <= (n-1) u sum|x|          (+ (n-1) tiny absolute slack for subnormal flush)
+  PROD  |y - P| <= gamma_{n-1} |P|          gamma_k = k u / (1 - k u)
+  AVG   |y - S/n| <= (n+1) u sum|x| / n
+  PREMUL_SUM(f) |y - f S| <= n u sum|f x|
+  MIN/MAX exact (+0 and -0 both accepted)
+Where sum|x| may pass the largest finite value, an infinite result is accepted too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from conformance.dtypes import DType
+
+REDUCE_OPS = ["sum", "avg", "product", "min", "max", "band", "bor", "bxor", "premul_sum"]
+
+# How a backend family rounds and treats NaN: "nccl" (NCCL and the simulator) or "gloo".
+FLAVORS = ("nccl", "gloo")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    message: str = ""
+
+
+OK = Verdict(True)
+
+
+def _wrap_int(values: np.ndarray, dtype: DType) -> np.ndarray:
+    """Exact integer arithmetic modulo 2**bits: compute in (u)int64 (itself modular), cast down."""
+    return values.astype(dtype.carrier)
+
+
+def _as_real(a: np.ndarray) -> np.ndarray:
+    """Complex arrays are checked component-wise, as torch reduces their real view."""
+    return np.stack([a.real, a.imag], axis=-1) if np.iscomplexobj(a) else a
+
+
+def exact_reduce(op: str, inputs: list[np.ndarray], dtype: DType, flavor: str) -> np.ndarray:
+    """The exact result for integer and bool dtypes (and MIN/MAX of any dtype)."""
+    stack = np.stack(inputs)
+    if dtype.kind == "bool":
+        truth = stack.view(np.uint8) != 0
+        if op in ("sum", "max", "bor"):
+            return truth.any(axis=0)
+        if op in ("product", "min", "band"):
+            return truth.all(axis=0)
+        if op == "bxor":
+            return np.logical_xor.reduce(truth, axis=0)
+        raise ValueError(f"no exact bool result for {op}")
+    if dtype.is_integral:
+        wide = stack.astype(np.uint64 if dtype.kind == "uint" else np.int64)
+        if op == "sum":
+            return _wrap_int(wide.sum(axis=0), dtype)
+        if op == "product":
+            return _wrap_int(np.prod(wide, axis=0), dtype)
+        if op == "min":
+            return stack.min(axis=0)
+        if op == "max":
+            return stack.max(axis=0)
+        if op == "band":
+            return np.bitwise_and.reduce(stack, axis=0)
+        if op == "bor":
+            return np.bitwise_or.reduce(stack, axis=0)
+        if op == "bxor":
+            return np.bitwise_xor.reduce(stack, axis=0)
+        if op == "avg":
+            wrapped = _wrap_int(wide.sum(axis=0), dtype).astype(np.int64 if dtype.kind == "int" else np.uint64)
+            n = len(inputs)
+            quotient = np.abs(wrapped) // n if dtype.kind == "int" else wrapped // n
+            return _wrap_int(np.sign(wrapped) * quotient if dtype.kind == "int" else quotient, dtype)
+        raise ValueError(f"no exact integer result for {op}")
+    if op in ("min", "max"):
+        return _float_minmax(op, stack, flavor)
+    raise ValueError(f"{op} on {dtype.name} has no exact result")
+
+
+def _float_minmax(op: str, stack: np.ndarray, flavor: str) -> np.ndarray:
+    """NCCL ignores NaN (NaN only where every input is NaN); see check_reduction for gloo."""
+    fn = np.fmin if op == "min" else np.fmax
+    return fn.reduce(stack.astype(np.float64), axis=0)
+
+
+def check_reduction(actual: np.ndarray, inputs: list[np.ndarray], op: str, dtype: DType, flavor: str,
+                    factor: float | None = None) -> Verdict:
+    """Compare one rank's reduced tensor with the oracle for n = len(inputs) contributions."""
+    if actual.shape != inputs[0].shape:
+        return Verdict(False, f"shape {actual.shape}, expected {inputs[0].shape}")
+    if dtype.kind == "bool":
+        raw = actual.view(np.uint8)
+        if flavor == "nccl" and raw.size and raw.max() > 1:
+            return Verdict(False, f"bool result holds raw bytes {sorted(set(raw.ravel().tolist()))[:6]}, NCCL gives 0/1")
+        return _compare_exact(raw != 0, exact_reduce(op, inputs, dtype, flavor))
+    if dtype.is_integral:
+        return _compare_exact(actual, exact_reduce(op, inputs, dtype, flavor))
+    real_actual = _as_real(actual).astype(np.float64)
+    real_inputs = [_as_real(x).astype(np.float64) for x in inputs]
+    if op in ("min", "max"):
+        return _check_minmax(real_actual, real_inputs, op, flavor)
+    return _check_float_bound(real_actual, real_inputs, op, dtype, factor)
+
+
+def _compare_exact(actual: np.ndarray, expected: np.ndarray) -> Verdict:
+    if actual.shape == expected.shape and np.array_equal(actual, expected):
+        return OK
+    return Verdict(False, _first_difference(actual, expected))
+
+
+def _check_minmax(actual: np.ndarray, inputs: list[np.ndarray], op: str, flavor: str) -> Verdict:
+    stack = np.stack(inputs)
+    ignoring_nan = _float_minmax(op, stack, flavor)
+    good = (actual == ignoring_nan) | (np.isnan(actual) & np.isnan(ignoring_nan))
+    if flavor == "gloo":
+        # gloo applies std::min/max in rank order, so a NaN input may or may not win
+        good |= np.isnan(actual) & np.isnan(stack).any(axis=0)
+        good |= _rank_order_minmax(stack, op) == actual
+    if good.all():
+        return OK
+    return Verdict(False, _first_difference(actual, ignoring_nan, mask=~good))
+
+
+def _rank_order_minmax(stack: np.ndarray, op: str) -> np.ndarray:
+    acc = stack[0].copy()
+    for x in stack[1:]:
+        acc = np.where((x < acc) if op == "min" else (x > acc), x, acc)
+    return acc
+
+
+def _check_float_bound(actual: np.ndarray, inputs: list[np.ndarray], op: str, dtype: DType,
+                       factor: float | None) -> Verdict:
+    n = len(inputs)
+    stack = np.stack(inputs)
+    u, tiny = dtype.unit_roundoff, dtype.tiny
+    with np.errstate(all="ignore"):
+        if op == "product":
+            exact = np.prod(stack, axis=0)
+            gamma = (n - 1) * u / (1 - (n - 1) * u)
+            bound = gamma * np.abs(exact) + n * tiny
+            magnitude = np.abs(exact)
+        else:
+            scale = {"sum": 1.0, "avg": 1.0 / n, "premul_sum": float(factor if factor is not None else 1.0)}[op]
+            exact = stack.sum(axis=0) * scale
+            abs_sum = np.abs(stack).sum(axis=0) * abs(scale)
+            steps = {"sum": n - 1, "avg": n + 1, "premul_sum": n}[op]
+            bound = steps * u * abs_sum + steps * tiny
+            magnitude = abs_sum
+        special = ~np.isfinite(stack).all(axis=0)
+        err = np.abs(actual - exact)
+        good = err <= bound
+        # inputs with inf/nan: the result is the IEEE special value (NaN for nan or inf-inf)
+        good |= special & ((actual == exact) | (np.isnan(actual) & np.isnan(exact)))
+        # results that may overflow the dtype on the way: infinity is a legitimate answer
+        good |= (magnitude * (1 + 2 * n * u) >= dtype.max_finite) & ~np.isfinite(actual)
+    if good.all():
+        return OK
+    return Verdict(False, _first_difference(actual, exact, mask=~good, bound=bound))
+
+
+def _first_difference(actual: np.ndarray, expected: np.ndarray, mask: np.ndarray | None = None,
+                      bound: np.ndarray | None = None) -> str:
+    if actual.shape != expected.shape:
+        return f"shape {actual.shape}, expected {expected.shape}"
+    if mask is None:
+        with np.errstate(all="ignore"):
+            mask = ~((actual == expected) | (np.isnan(actual.astype(np.float64)) & np.isnan(expected.astype(np.float64)))
+                     if actual.dtype.kind in "fc" or expected.dtype.kind in "fc" else actual == expected)
+    bad = np.argwhere(mask)
+    if bad.size == 0:
+        return "values differ"
+    idx = tuple(bad[0])
+    text = f"{len(bad)} element(s) wrong; first at {idx}: got {actual[idx]!r}, expected {expected[idx]!r}"
+    if bound is not None:
+        text += f" (allowed error {bound[idx]:.3g})"
+    return text
+
+
+def check_exact_copy(actual: np.ndarray, expected: np.ndarray, what: str = "") -> Verdict:
+    """Data movement must be bit-faithful: same shape, same values, NaN where NaN, same sign of zero."""
+    where = f"{what}: " if what else ""
+    if actual.shape != expected.shape:
+        return Verdict(False, f"{where}shape {actual.shape}, expected {expected.shape}")
+    if actual.dtype.kind == "b" or expected.dtype.kind == "b":
+        return _prefix(where, _compare_exact(actual.view(np.uint8) != 0, expected.view(np.uint8) != 0))
+    if actual.dtype.kind in "fc":
+        a, e = _as_real(actual), _as_real(expected)
+        same = (a == e) | (np.isnan(a) & np.isnan(e))
+        same &= (np.signbit(a) == np.signbit(e)) | np.isnan(a)
+        if same.all():
+            return OK
+        return Verdict(False, where + _first_difference(a, e, mask=~same))
+    return _prefix(where, _compare_exact(actual, expected))
+
+
+def _prefix(where: str, verdict: Verdict) -> Verdict:
+    return verdict if verdict.ok or not where else Verdict(False, where + verdict.message)

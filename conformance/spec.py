@@ -1,0 +1,114 @@
+"""What a collective's spec entry is made of, and the registry of entries.
+
+One entry per collective (design.md principle 1), in conformance/collectives/<name>.py:
+  cases(draw, world_size, cell, profile)  hypothesis: draw one Case for this cell
+  run(ctx, case)                          on every rank: build tensors, call torch.distributed, return outputs
+  check(case, outputs, flavor)            NumPy oracle: a Verdict per rank
+  expect(profile, case)                   None (must work) or a Reject (must raise that)
+  busbw_factor(n)                         nccl-tests' bus-bandwidth factor
+The property tests, the capability matrix and the benchmarks all read these entries.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from conformance.oracle import Verdict
+
+
+@dataclass(frozen=True)
+class Reject:
+    """The error a backend must raise for a case: one of `errors` (type names) with `pattern` in the message."""
+
+    errors: tuple[str, ...]
+    pattern: str
+    reason: str
+
+    @staticmethod
+    def any_of(rejects: list["Reject"]) -> "Reject | None":
+        """One Reject that accepts whichever of several applicable errors the backend raises first."""
+        if len(rejects) <= 1:
+            return rejects[0] if rejects else None
+        errors = tuple(dict.fromkeys(e for r in rejects for e in r.errors))
+        return Reject(errors, "|".join(f"(?:{r.pattern})" for r in rejects), "; or ".join(r.reason for r in rejects))
+
+    def matches(self, error_type: str, message: str) -> bool:
+        import re
+
+        short = error_type.rsplit(".", 1)[-1]
+        return short in self.errors and re.search(self.pattern, message or "", re.S) is not None
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A cell of the capability matrix: collective x dtype x reduce op (None where no op applies)."""
+
+    collective: str
+    dtype: str | None
+    op: str | None
+
+    def id(self) -> str:
+        return "-".join(x for x in (self.collective, self.dtype, self.op) if x)
+
+
+@dataclass
+class Case:
+    """One drawn example: everything the ranks need, small and picklable. Inputs are per group rank."""
+
+    collective: str
+    world_size: int
+    dtype: str | None = None
+    op: str | None = None
+    group: tuple[int, ...] | None = None   # global ranks of the subgroup; None = the whole world
+    root: int = 0                           # group rank of src/dst where the collective has one
+    layout: str = "contiguous"              # contiguous | transposed | strided
+    async_op: bool = False
+    inputs: list[Any] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def members(self) -> tuple[int, ...]:
+        return self.group if self.group is not None else tuple(range(self.world_size))
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    def summary(self) -> str:
+        shapes = [getattr(x, "shape", None) for x in self.inputs[:4]]
+        extra = {k: v for k, v in self.params.items() if k not in ("objects",)}
+        return (f"{self.collective}(world={self.world_size}, group={self.group}, dtype={self.dtype}, op={self.op}, "
+                f"root={self.root}, layout={self.layout}, async={self.async_op}, shapes={shapes}, params={extra})")
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    """One collective's whole description (see module docstring)."""
+
+    name: str
+    family: str                      # "reduce" (dtype x op), "data" (dtype), "control" (no dtype)
+    cases: Callable[..., Case]
+    run: Callable[..., Any]
+    check: Callable[..., list[Verdict]]
+    expect: Callable[..., Reject | None]
+    busbw_factor: Callable[[int], float]
+    min_world: int = 1
+    available: Callable[[], bool] = lambda: True
+    doc: str = ""
+
+
+SPECS: dict[str, CollectiveSpec] = {}
+
+
+def register(spec: CollectiveSpec) -> CollectiveSpec:
+    if spec.name in SPECS:
+        raise ValueError(f"collective {spec.name!r} registered twice")
+    SPECS[spec.name] = spec
+    return spec
+
+
+def all_specs() -> dict[str, CollectiveSpec]:
+    """Every registered spec (importing the collectives package registers them)."""
+    import conformance.collectives  # noqa: F401
+
+    return {name: s for name, s in SPECS.items() if s.available()}
