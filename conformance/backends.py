@@ -98,17 +98,24 @@ class NcclProfile(Profile):
 
 
 class GlooProfile(Profile):
-    """gloo as shipped in torch 2.13 (semantics.md, gloo column)."""
+    """gloo as shipped in torch 2.13 (semantics.md, gloo column; [run] = settled by runs of this suite)."""
 
     def _dtype_rule(self, collective: str, dtype: DType) -> Reject | None:
+        if collective in P2P_COLLECTIVES:
+            return None  # [run] point-to-point moves bytes: every dtype goes through
         if dtype.name in ("int16", "uint16", "uint32", "uint64") or dtype.name in FP8:
             return Reject(("RuntimeError",), r"Invalid scalar type|not supported|Unsupported",
                           "dtype not in gloo's type map")
+        if dtype.kind == "complex" and collective == "gather":
+            return Reject(("RuntimeError",), r"Invalid scalar type", "[run] gloo gather has no complex type")
         return None
 
     def _op_rule(self, collective: str, dtype: DType, op: str) -> Reject | None:
         if op == "premul_sum":
             return Reject(("RuntimeError", "ValueError"), r"PREMUL_SUM", "gloo has no PREMUL_SUM")
+        if dtype.kind == "complex" and collective not in REAL_VIEW_COLLECTIVES and op not in ("sum", "avg"):
+            return Reject(("RuntimeError",), r"does not support.{0,3}on complex",
+                          "[run] gloo reduces raw complex tensors with SUM/AVG only")
         if op in ("band", "bor", "bxor") and not dtype.is_integral:
             return Reject(("RuntimeError",), r"non-integral", "gloo bitwise ops need integer dtypes")
         if op == "avg" and dtype.is_integral:
@@ -116,11 +123,15 @@ class GlooProfile(Profile):
         return None
 
     def _layout_rule(self, collective: str) -> Reject | None:
+        if collective in P2P_COLLECTIVES:
+            return Reject(("RuntimeError",), r"has to be contiguous", "[run] gloo send/recv need contiguous tensors")
+        if collective == "all_to_all_single":
+            return Reject(("ValueError",), r"Tensors must be contiguous", "[run] checked by torch for gloo too")
         return None
 
     def _feature_rule(self, collective: str, feature: str) -> Reject | None:
-        if feature == "uneven":
-            return Reject(("RuntimeError", "ValueError"), r".", "gloo needs equal sizes")
+        if feature == "uneven" and collective in ("all_gather", "all_to_all"):
+            return Reject(("RuntimeError",), r"invalid tensor size", "gloo needs equal sizes")
         if feature == "stacked_output":
             return Reject(("RuntimeError", "ValueError"), r".", "gloo needs the dim-0 concatenated shape")
         return None

@@ -38,7 +38,7 @@ def execute(pool: RankPool, spec: CollectiveSpec, case: Case, profile: Profile |
         outcomes = pool.run(spec.run, case)
     except RankPoolError as exc:
         return CaseResult("broken", str(exc), case.layout)
-    members = [outcomes[r] for r in case.members]
+    members = [outcomes[r] for r in case.participants]
     errors = [o for o in members if not o.ok]
     if not errors:
         return _judge_success(spec, case, members, expected, profile)
@@ -58,7 +58,7 @@ def _judge_success(spec: CollectiveSpec, case: Case, members: list[RankOutcome],
                                   f" ({expected.reason})", case.layout)
     flavor = profile.flavor if profile is not None else "nccl"
     verdicts = spec.check(case, [o.value for o in members], flavor)
-    bad = [f"rank {r}: {v.message}" for r, v in zip(case.members, verdicts) if not v.ok]
+    bad = [f"rank {r}: {v.message}" for r, v in zip(case.participants, verdicts) if not v.ok]
     if bad:
         return CaseResult("FAIL", "wrong result: " + "; ".join(bad), case.layout)
     return CaseResult("pass", "", case.layout)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -20,14 +21,18 @@ class Finding:
     detail_pattern: str = "."
     layout: str | None = None
     collectives: frozenset[str] | None = None
+    dtype: str | None = None
+    op: str | None = None
     torch_min: str = "0"
     torch_max: str | None = None   # exclusive
 
-    def matches(self, backend: str, collective: str, layout: str, outcome: str, detail: str,
+    def matches(self, backend: str, cell: Any, layout: str, outcome: str, detail: str,
                 torch_version: str) -> bool:
         return (backend == self.backend and outcome == self.outcome
+                and (self.dtype is None or cell.dtype == self.dtype)
+                and (self.op is None or cell.op == self.op)
                 and (self.layout is None or layout == self.layout)
-                and (self.collectives is None or collective in self.collectives)
+                and (self.collectives is None or cell.collective in self.collectives)
                 and _in_range(torch_version, self.torch_min, self.torch_max)
                 and re.search(self.detail_pattern, detail, re.S) is not None)
 
@@ -53,9 +58,45 @@ FINDINGS = [
         layout="strided",
         torch_min="2.13",
     ),
+    Finding(
+        id="gloo-transposed-reduce-scatter",
+        backend="gloo",
+        summary="gloo reduce_scatter_tensor on a transposed input splits raw memory, not rows",
+        evidence="conformance run, torch 2.13.0+cpu: reduce_scatter_tensor MAX/MIN on transposed (2k, m) inputs "
+                 "returned values from the wrong rows; the contiguous layout is right.",
+        detail_pattern=r"^wrong result",
+        layout="transposed",
+        collectives=frozenset({"reduce_scatter_tensor", "reduce_scatter_single"}),
+        torch_min="2.13",
+    ),
+    Finding(
+        id="gloo-complex-avg",
+        backend="gloo",
+        summary="gloo AVG on raw complex tensors (reduce, reduce_scatter) returns NaN/garbage",
+        evidence="conformance run, torch 2.13.0+cpu: reduce complex64 AVG gave nan where the mean is 0.0706; "
+                 "complex SUM is right. all_reduce is unaffected (torch passes it a real view).",
+        detail_pattern=r"^wrong result",
+        collectives=frozenset({"reduce", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single"}),
+        dtype="complex64",
+        op="avg",
+        torch_min="2.13",
+    ),
+    Finding(
+        id="gloo-zero-size-recv",
+        backend="gloo",
+        summary="gloo recv of a zero-element tensor fails an internal check and leaves the sender blocked",
+        evidence="conformance run, torch 2.13.0+cpu: recv of shape (0,) raised RuntimeError "
+                 "'[enforce fail at gloo/transport/tcp/unbound_buffer.cc:184] offset < this->size. 0 vs 0' "
+                 "while the sending rank hung in send.",
+        outcome="broken",
+        detail_pattern=r"offset < this->size",
+        collectives=frozenset({"send_recv"}),
+        torch_min="2.13",
+    ),
 ]
 
 
-def known_finding(backend: str, collective: str, layout: str, outcome: str, detail: str,
+def known_finding(backend: str, cell: Any, layout: str, outcome: str, detail: str,
                   torch_version: str) -> Finding | None:
-    return next((f for f in FINDINGS if f.matches(backend, collective, layout, outcome, detail, torch_version)), None)
+    """The finding that explains this failing example of `cell` (a conformance.spec.Cell), if any."""
+    return next((f for f in FINDINGS if f.matches(backend, cell, layout, outcome, detail, torch_version)), None)

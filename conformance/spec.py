@@ -71,6 +71,11 @@ class Case:
         return self.group if self.group is not None else tuple(range(self.world_size))
 
     @property
+    def participants(self) -> tuple[int, ...]:
+        """The ranks whose outcome counts (all members, or a point-to-point pair)."""
+        return tuple(self.params.get("participants", self.members))
+
+    @property
     def size(self) -> int:
         return len(self.members)
 

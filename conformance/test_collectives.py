@@ -61,7 +61,7 @@ def test_collective(cell: Cell, conformance) -> None:  # noqa: ANN001 - fixture 
         world_size = data.draw(st.sampled_from(sizes), label="world_size")
         case = spec.cases(data.draw, world_size, cell, conformance.profile)
         result = execute(conformance.pool(world_size), spec, case, conformance.profile)
-        finding = result.failed and known_finding(conformance.backend, cell.collective, result.layout,
+        finding = result.failed and known_finding(conformance.backend, cell, result.layout,
                                                   result.outcome, result.detail, torch.__version__)
         if finding:
             known[finding.id] = finding

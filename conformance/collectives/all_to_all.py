@@ -19,19 +19,31 @@ from conformance.strategies import shapes, values
 from conformance.tensors import arrays, empty, make
 
 
-def _draw_matrix(draw: Any, n: int) -> list[list[int]]:
-    """rows[i][j]: how many rows member i sends to member j (equal everywhere, or uneven with zeros)."""
-    if draw(st.booleans(), label="equal splits"):
-        k = draw(st.integers(0, 3))
+def _draw_matrix(draw: Any, n: int, collective: str, profile: Any) -> list[list[int]]:
+    """m[i][j]: rows member i sends to member j: equal; uneven in every row and column (a backend that
+    rejects uneven pieces then rejects on every rank); or, where the table allows uneven pieces, random."""
+    k = draw(st.integers(0, 3), label="rows per piece")
+    kinds = ["equal", "diagonal"]
+    if profile is None or profile.reject(collective, None, None, "contiguous", frozenset({"uneven"})) is None:
+        kinds.append("random")
+    kind = draw(st.sampled_from(kinds), label="splits")
+    if kind == "equal" or n == 1:
         return [[k] * n for _ in range(n)]
+    if kind == "diagonal":
+        return [[k + (1 if (i + j) % n == 0 else 0) for j in range(n)] for i in range(n)]
     return [[draw(st.integers(0, 3)) for _ in range(n)] for _ in range(n)]
+
+
+def _uneven(m: list[list[int]]) -> bool:
+    return len({x for row in m for x in row}) > 1
 
 
 def list_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
     case = draw_frame(draw, world_size, cell)
     tail = draw(shapes(min_dims=0, max_dims=1), label="trailing shape")
-    m = _draw_matrix(draw, case.size)
+    m = _draw_matrix(draw, case.size, cell.collective, profile)
     case.params["rows"] = m
+    case.params["uneven"] = _uneven(m)
     all_shapes = [(m[i][j], *tail) for i in range(case.size) for j in range(case.size)]
     draw_layout(draw, case, *all_shapes)
     case.inputs = [[draw(values(case.dtype, (m[i][j], *tail))) for j in range(case.size)] for i in range(case.size)]
@@ -64,9 +76,8 @@ def check_list(case: Case, outputs: list[dict], flavor: str) -> list[Verdict]:
 def single_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
     case = draw_frame(draw, world_size, cell)
     tail = draw(shapes(min_dims=0, max_dims=1), label="trailing shape")
-    m = _draw_matrix(draw, case.size)
-    equal = len({x for row in m for x in row}) == 1
-    case.params["default_splits"] = equal and draw(st.booleans(), label="splits=None")
+    m = _draw_matrix(draw, case.size, cell.collective, profile)
+    case.params["default_splits"] = not _uneven(m) and draw(st.booleans(), label="splits=None")
     case.params["rows"] = m
     in_shapes = [(sum(m[i]), *tail) for i in range(case.size)]
     out_shapes = [(sum(m[i][j] for i in range(case.size)), *tail) for j in range(case.size)]
@@ -105,7 +116,7 @@ def check_single(case: Case, outputs: list[dict], flavor: str) -> list[Verdict]:
 
 register(CollectiveSpec(
     name="all_to_all", family="data", cases=list_cases, run=run_list, check=check_list,
-    expect=lambda profile, case: expect(profile, case), busbw_factor=lambda n: (n - 1) / n, doc=__doc__))
+    expect=lambda profile, case: expect(profile, case, "uneven" if case.params["uneven"] else ""), busbw_factor=lambda n: (n - 1) / n, doc=__doc__))
 register(CollectiveSpec(
     name="all_to_all_single", family="data", cases=single_cases, run=run_single, check=check_single,
     expect=lambda profile, case: expect(profile, case), busbw_factor=lambda n: (n - 1) / n, doc=__doc__))

@@ -23,6 +23,7 @@ def pair_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
     src = draw(st.integers(0, world_size - 1), label="src")
     others = [r for r in range(world_size) if r != src] or [src]
     case.params["pair"] = (src, draw(st.sampled_from(others), label="dst"))
+    case.params["participants"] = tuple(sorted(set(case.params["pair"])))
     case.params["any_source"] = draw(st.booleans(), label="recv(src=None)")
     case.async_op = False
     shape = draw(shapes(min_dims=0), label="shape")
@@ -46,13 +47,15 @@ def run_pair(ctx: Any, case: Case) -> Any:
 
 
 def check_pair(case: Case, outputs: list[Any], flavor: str) -> list[Verdict]:
+    """outputs are the participants' (src, dst), in rank order."""
     src, dst = case.params["pair"]
-    out = outputs[dst]
+    out = outputs[case.participants.index(dst)]
     verdicts = [OK] * len(outputs)
     if out["sender"] != src:
-        verdicts[dst] = Verdict(False, f"recv returned sender {out['sender']!r}, expected {src}")
+        verdict = Verdict(False, f"recv returned sender {out['sender']!r}, expected {src}")
     else:
-        verdicts[dst] = check_exact_copy(out["out"], case.inputs[src])
+        verdict = check_exact_copy(out["out"], case.inputs[src])
+    verdicts[case.participants.index(dst)] = verdict
     return verdicts
 
 
