@@ -30,6 +30,7 @@ class Profile:
     flavor: str
     dtypes: tuple[str, ...]     # dtypes the suite draws against this backend (claimed and rejected ones)
     description: str
+    recv_any_source: bool = True   # recv(src=None); ProcessGroupNCCL has no recvAnysource
 
     def reject(self, collective: str, dtype: str | None, op: str | None, layout: str,
                features: frozenset[str] = frozenset()) -> Reject | None:
@@ -138,7 +139,7 @@ class GlooProfile(Profile):
 
 
 _ALL = tuple(DTYPES)
-NCCL = NcclProfile("nccl", "nccl", _ALL, "NCCL 2.28 via torch 2.11 (semantics.md)")
+NCCL = NcclProfile("nccl", "nccl", _ALL, "NCCL 2.28 via torch 2.11 (semantics.md)", recv_any_source=False)
 GLOO = GlooProfile("gloo", "gloo", _ALL, "gloo in torch 2.13")
 
 BUILTIN_BACKENDS = ("sim", "gloo", "nccl")

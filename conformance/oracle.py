@@ -74,8 +74,9 @@ def exact_reduce(op: str, inputs: list[np.ndarray], dtype: DType, flavor: str) -
         if op == "avg":
             wrapped = _wrap_int(wide.sum(axis=0), dtype).astype(np.int64 if dtype.kind == "int" else np.uint64)
             n = len(inputs)
-            quotient = np.abs(wrapped) // n if dtype.kind == "int" else wrapped // n
-            return _wrap_int(np.sign(wrapped) * quotient if dtype.kind == "int" else quotient, dtype)
+            with np.errstate(over="ignore"):  # |INT64_MIN| wraps; so does NCCL's sum
+                quotient = np.abs(wrapped) // n if dtype.kind == "int" else wrapped // n
+                return _wrap_int(np.sign(wrapped) * quotient if dtype.kind == "int" else quotient, dtype)
         raise ValueError(f"no exact integer result for {op}")
     if op in ("min", "max"):
         return _float_minmax(op, stack, flavor)

@@ -23,8 +23,12 @@ def pair_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
     src = draw(st.integers(0, world_size - 1), label="src")
     others = [r for r in range(world_size) if r != src] or [src]
     case.params["pair"] = (src, draw(st.sampled_from(others), label="dst"))
-    case.params["participants"] = tuple(sorted(set(case.params["pair"])))
     case.params["any_source"] = draw(st.booleans(), label="recv(src=None)")
+    # NCCL has no receive-from-any-source: the receiver must raise at once, so the sender stays out
+    case.params["sender_skips"] = case.params["any_source"] and _any_source_rejected(profile)
+    case.params["participants"] = tuple(sorted(set(case.params["pair"])))
+    if case.params["sender_skips"]:
+        case.params["participants"] = (case.params["pair"][1],)
     case.async_op = False
     shape = draw(shapes(min_dims=0), label="shape")
     draw_layout(draw, case, shape)
@@ -36,6 +40,8 @@ def run_pair(ctx: Any, case: Case) -> Any:
     import torch.distributed as dist
 
     src, dst = case.params["pair"]
+    if ctx.rank == src and ctx.rank != dst and case.params["sender_skips"]:
+        return None
     if ctx.rank == src:
         dist.send(make(case.inputs[src], case.dtype, case.layout, ctx.device), dst=dst)
         return None
@@ -59,11 +65,19 @@ def check_pair(case: Case, outputs: list[Any], flavor: str) -> list[Verdict]:
     return verdicts
 
 
+def _any_source_rejected(profile: Any) -> bool:
+    return profile is not None and not profile.recv_any_source
+
+
 def expect_pair(profile: Any, case: Case) -> Reject | None:
     src, dst = case.params["pair"]
     if src == dst:
         return Reject(("ValueError",), r"Invalid destination rank", "send to self")
-    return expect(profile, case)
+    found = [expect(profile, case)]
+    if case.params["any_source"] and _any_source_rejected(profile):
+        found.append(Reject(("NotImplementedError", "RuntimeError"), r"recvAnysource",
+                            "ProcessGroupNCCL does not support recvAnysource"))
+    return Reject.any_of([r for r in found if r is not None])
 
 
 def ring_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
