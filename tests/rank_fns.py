@@ -1,0 +1,85 @@
+"""Functions the rank processes of tests/test_pool.py run (importable by name, as RankPool requires).
+
+Each takes the RankContext first, as RankPool.run calls fn(ctx, *args).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from typing import Any
+
+
+class RankFailure(Exception):
+    """An exception type of this module, to see how the pool names non-builtin exceptions."""
+
+
+def whoami(ctx: Any) -> dict:
+    """Identity of the process that served the call, plus a per-process call counter."""
+    ctx.scratch["calls"] = ctx.scratch.get("calls", 0) + 1
+    return {"rank": ctx.rank, "world": ctx.world_size, "pid": os.getpid(), "calls": ctx.scratch["calls"],
+            "backend": ctx.backend}
+
+
+def gloo_sum(ctx: Any, value: int) -> list[int]:
+    """A real collective through the pool's process group: all_reduce of (value + rank)."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([value + ctx.rank, 1], dtype=torch.int64)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def echo(ctx: Any, *args: Any) -> tuple:
+    return (ctx.rank, *args)
+
+
+def raise_on(ctx: Any, bad_rank: int, message: str) -> str:
+    """Raise RankFailure on `bad_rank`; the others return normally (no collective, so nothing waits)."""
+    if ctx.rank == bad_rank:
+        explode_here(message)
+    return f"rank {ctx.rank} fine"
+
+
+def explode_here(message: str) -> None:
+    raise RankFailure(message)
+
+
+def exit_on(ctx: Any, bad_rank: int, code: int) -> str:
+    """Kill this rank process outright (no exception, no reply) on `bad_rank`."""
+    if ctx.rank == bad_rank:
+        os._exit(code)
+    return "survived"
+
+
+def hang_forever_on(ctx: Any, bad_rank: int) -> str:
+    """Sleep (far) past any test timeout on `bad_rank`."""
+    if ctx.rank == bad_rank:
+        hang_forever()
+    return "prompt"
+
+
+def hang_forever() -> None:
+    time.sleep(600)
+
+
+def raise_or_block_in_barrier(ctx: Any, bad_rank: int) -> str:
+    """`bad_rank` raises at once; every other rank waits in a barrier that can never complete."""
+    if ctx.rank == bad_rank:
+        raise ValueError(f"rank {ctx.rank} refuses to join")
+    blocked_in_barrier()
+    return "barrier passed (impossible)"
+
+
+def blocked_in_barrier() -> None:
+    import torch.distributed as dist
+
+    dist.barrier()
+
+
+def spawn_sleeper(ctx: Any) -> int:
+    """Start a grandchild process (inherits the rank's process group) and return its pid."""
+    proc = subprocess.Popen(["sleep", "300"])
+    ctx.scratch.setdefault("sleepers", []).append(proc)
+    return proc.pid
