@@ -70,15 +70,15 @@ def representable(values: np.ndarray, dtype: DType) -> np.ndarray:
         return values.astype(dtype.carrier)
     import torch
 
-    t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32))
-    return t.to(dtype.torch_dtype()).to(torch.float32).numpy()
+    t = torch.from_numpy(np.array(values, dtype=np.float32, order="C"))
+    return t.to(dtype.torch_dtype()).to(torch.float32).numpy().reshape(np.shape(values))
 
 
 def to_torch(values: np.ndarray, dtype: DType):  # noqa: ANN201
     """Carrier array -> torch tensor of the real dtype (rank side)."""
     import torch
 
-    t = torch.from_numpy(np.array(values, copy=True))
+    t = torch.from_numpy(np.array(values, order="C"))
     return t.to(dtype.torch_dtype())
 
 

@@ -18,7 +18,7 @@ def make(array: np.ndarray, dtype_name: str, layout: str, device: Any = "cpu"): 
 
     dtype = DTYPES[dtype_name]
     if layout == "transposed":
-        base = to_torch(np.ascontiguousarray(array.T), dtype).to(device)
+        base = to_torch(np.array(array.T, order="C"), dtype).to(device)
         return base.t()
     if layout == "strided":
         shape = array.shape if array.ndim else (1,)

@@ -122,16 +122,13 @@ def test_make_reproduces_values_in_every_layout(data: st.DataObject) -> None:
 
 
 # ----------------------------------------------------------------------------- values
-_SCALAR_BUG = pytest.mark.xfail(strict=True, reason=(
-    "bug in conformance/dtypes.py representable(): np.ascontiguousarray(values) turns a 0-d array into "
-    "shape (1,), so bfloat16/float8 'scalar' cases are really 1-element tensors (0-d never tested)"))
 
 
 _LOW = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
 
 
 @pytest.mark.parametrize("dtype,shape", [
-    pytest.param(d, shape, marks=_SCALAR_BUG if (d in _LOW and shape == ()) else ())
+    pytest.param(d, shape)
     for d in sorted(DTYPES) for shape in [(), (0,), (3,), (2, 0), (3, 2)]])
 def test_values_keep_the_drawn_shape(dtype: str, shape: tuple[int, ...]) -> None:
     @given(values(dtype, shape))
