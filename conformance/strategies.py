@@ -22,9 +22,9 @@ def shapes(draw: st.DrawFn, min_dims: int = 1, max_dims: int = 2, max_side: int 
 
 
 def layouts(shape: tuple[int, ...]) -> st.SearchStrategy[str]:
-    """Contiguous, or a non-contiguous view: transposed (2-D) or every other element (strided)."""
+    """Contiguous, or a non-contiguous view: transposed (2-D and up) or every other element (strided)."""
     options = ["contiguous", "strided"]
-    if len(shape) == 2:
+    if len(shape) >= 2:
         options.append("transposed")
     return st.sampled_from(options)
 

@@ -13,13 +13,14 @@ from conformance.dtypes import DTYPES, to_numpy, to_torch
 
 
 def make(array: np.ndarray, dtype_name: str, layout: str, device: Any = "cpu"):  # noqa: ANN201
-    """A tensor holding `array` as dtype_name, laid out contiguous, transposed (2-D) or strided."""
+    """A tensor holding `array` as dtype_name, laid out contiguous, transposed (last two dims swapped
+    in memory; below 2-D that is contiguous) or strided (every other element of a wider buffer)."""
     import torch
 
     dtype = DTYPES[dtype_name]
-    if layout == "transposed":
-        base = to_torch(np.array(array.T, order="C"), dtype).to(device)
-        return base.t()
+    if layout == "transposed" and array.ndim >= 2:  # last two dims swapped in memory
+        base = to_torch(np.array(array.swapaxes(-1, -2), order="C"), dtype).to(device)
+        return base.transpose(-1, -2)
     if layout == "strided":
         shape = array.shape if array.ndim else (1,)
         wide = torch.zeros(*shape[:-1], 2 * shape[-1], dtype=dtype.torch_dtype(), device=device)

@@ -2,7 +2,8 @@
 
 all_gather(tensor_list, tensor): tensor_list[j] <- x_j; NCCL accepts uneven sizes, gloo needs equal.
 all_gather_into_tensor(out, in) / all_gather_single (2.13): out = cat_j x_j along dim 0; NCCL checks
-numel only (a stacked (n, ...) output works too), gloo needs the dim-0 concatenated shape.
+numel only (a stacked (n, ...) output works too), gloo needs the dim-0 concatenated shape. In place:
+`in` may be the output's slot at the rank's offset.
 """
 from __future__ import annotations
 
@@ -63,6 +64,8 @@ def tensor_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
     out_shape = (case.size, *shape) if case.params["stacked"] else (case.size * shape[0], *shape[1:])
     case.params["out_shape"] = out_shape
     draw_layout(draw, case, shape, out_shape)
+    # in place (NCCL user guide): the input is the output's own slot at this rank's offset
+    case.params["in_place"] = case.layout == "contiguous" and draw(st.booleans(), label="in place")
     case.inputs = [draw(values(case.dtype, shape), label=f"input {j}") for j in range(case.size)]
     return case
 
@@ -74,6 +77,11 @@ def _run_into_tensor(fn_name: str) -> Any:
 
         out = empty(case.params["out_shape"], case.dtype, case.layout, ctx.device)
         t = make(case.inputs[me], case.dtype, case.layout, ctx.device)
+        if case.params["in_place"]:
+            rows = t.shape[0]
+            slot = out[me] if case.params["stacked"] else out[me * rows:(me + 1) * rows]
+            slot.copy_(t)
+            t = slot
         work = getattr(dist, fn_name)(out, t, group=group, async_op=case.async_op)
         waited = work.wait() if case.async_op else None
         return {"out": arrays(out), "waited": waited}

@@ -2,7 +2,7 @@
 
 reduce_scatter(output, input_list): output <- (+)_j input_list_j[r]; NCCL handles uneven piece sizes.
 reduce_scatter_tensor(out, in) / reduce_scatter_single (2.13): out <- chunk_r((+)_j x_j) along dim 0;
-gloo needs in.shape[0] == n * out.shape[0].
+gloo needs in.shape[0] == n * out.shape[0]. In place: `out` may be the input's chunk at the rank's offset.
 """
 from __future__ import annotations
 
@@ -57,6 +57,8 @@ def tensor_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
     in_shape = (case.size * out_shape[0], *out_shape[1:])
     case.params["out_shape"] = out_shape
     draw_layout(draw, case, in_shape, out_shape)
+    # in place (NCCL user guide): the output is the input's own chunk at this rank's offset
+    case.params["in_place"] = case.layout == "contiguous" and draw(st.booleans(), label="in place")
     case.inputs = [draw(values(case.dtype, in_shape, case.op)) for _ in range(case.size)]
     return case
 
@@ -68,6 +70,9 @@ def _run_tensor(fn_name: str) -> Any:
 
         t = make(case.inputs[me], case.dtype, case.layout, ctx.device)
         out = empty(case.params["out_shape"], case.dtype, case.layout, ctx.device)
+        if case.params["in_place"]:
+            rows = out.shape[0]
+            out = t[me * rows:(me + 1) * rows]
         work = getattr(dist, fn_name)(out, t, op=reduce_op(case.op, case.params.get("factor")), group=group,
                                       async_op=case.async_op)
         waited = work.wait() if case.async_op else None
