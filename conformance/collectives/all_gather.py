@@ -12,8 +12,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from conformance.collectives.all_reduce import async_verdict
-from conformance.collectives.common import draw_frame, has_dist, draw_layout, expect, members_only
+from conformance.collectives.common import async_verdict, draw_frame, draw_layout, expect, has_dist, members_only
 from conformance.oracle import Verdict, check_exact_copy
 from conformance.spec import Case, CollectiveSpec, register
 from conformance.strategies import shapes, values

@@ -3,20 +3,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.collectives.common import draw_frame, draw_layout, expect, members_only, reduce_op
+from conformance.collectives.common import async_verdict, expect, members_only, one_tensor_per_rank, reduce_op
 from conformance.dtypes import DTYPES
 from conformance.oracle import Verdict, check_reduction
 from conformance.spec import Case, CollectiveSpec, register
-from conformance.strategies import per_rank_values, shapes
 from conformance.tensors import arrays, make
 
 
-def cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
-    case = draw_frame(draw, world_size, cell)
-    shape = draw(shapes(min_dims=0), label="shape")
-    draw_layout(draw, case, shape)
-    case.inputs = draw(per_rank_values(case.dtype, shape, case.size, case.op), label="inputs")
-    return case
+cases = one_tensor_per_rank(root=False)
 
 
 @members_only
@@ -34,13 +28,6 @@ def check(case: Case, outputs: list[dict], flavor: str) -> list[Verdict]:
     return [async_verdict(case, out) or check_reduction(out["out"], case.inputs, case.op, dtype, flavor,
                                                          case.params.get("factor"))
             for out in outputs]
-
-
-def async_verdict(case: Case, out: dict) -> Verdict | None:
-    """async_op=True: Work.wait() must have returned True."""
-    if case.async_op and out.get("waited") is not True:
-        return Verdict(False, f"Work.wait() returned {out.get('waited')!r}, expected True")
-    return None
 
 
 SPEC = register(CollectiveSpec(

@@ -6,8 +6,9 @@ from typing import Any, Callable
 from hypothesis import strategies as st
 
 from conformance.backends import Profile
+from conformance.oracle import Verdict
 from conformance.spec import Case, Cell, Reject
-from conformance.strategies import layouts, premul_factors, subgroups
+from conformance.strategies import layouts, per_rank_values, premul_factors, shapes, subgroups
 from conformance.tensors import is_contiguous_layout
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
@@ -71,3 +72,22 @@ def has_dist(name: str) -> Callable[[], bool]:
         return hasattr(dist, name)
 
     return available
+
+
+def one_tensor_per_rank(*, root: bool) -> Callable[..., Case]:
+    """Cases for collectives that take one tensor per member (all_reduce, reduce, broadcast, gather, scatter)."""
+    def cases(draw: Draw, world_size: int, cell: Cell, profile: Profile | None) -> Case:
+        case = draw_frame(draw, world_size, cell, root=root)
+        shape = draw(shapes(min_dims=0), label="shape")
+        draw_layout(draw, case, shape)
+        case.inputs = draw(per_rank_values(case.dtype, shape, case.size, case.op), label="inputs")
+        return case
+
+    return cases
+
+
+def async_verdict(case: Case, out: dict) -> Verdict | None:
+    """async_op=True: Work.wait() must have returned True."""
+    if case.async_op and out.get("waited") is not True:
+        return Verdict(False, f"Work.wait() returned {out.get('waited')!r}, expected True")
+    return None

@@ -4,21 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.collectives.all_reduce import async_verdict
-from conformance.collectives.common import draw_frame, draw_layout, expect, members_only, reduce_op
+from conformance.collectives.common import async_verdict, expect, members_only, one_tensor_per_rank, reduce_op
 from conformance.dtypes import DTYPES
 from conformance.oracle import OK, Verdict, check_reduction
 from conformance.spec import Case, CollectiveSpec, register
-from conformance.strategies import per_rank_values, shapes
 from conformance.tensors import arrays, make
 
 
-def cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
-    case = draw_frame(draw, world_size, cell, root=True)
-    shape = draw(shapes(min_dims=0), label="shape")
-    draw_layout(draw, case, shape)
-    case.inputs = draw(per_rank_values(case.dtype, shape, case.size, case.op), label="inputs")
-    return case
+cases = one_tensor_per_rank(root=True)
 
 
 @members_only

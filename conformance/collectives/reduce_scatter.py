@@ -10,8 +10,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from conformance.collectives.all_reduce import async_verdict
-from conformance.collectives.common import draw_frame, has_dist, draw_layout, expect, members_only, reduce_op
+from conformance.collectives.common import async_verdict, draw_frame, draw_layout, expect, has_dist, members_only, reduce_op
 from conformance.dtypes import DTYPES
 from conformance.oracle import Verdict, check_reduction
 from conformance.spec import Case, CollectiveSpec, register
