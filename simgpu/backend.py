@@ -1,0 +1,696 @@
+"""The "sim" torch.distributed backend: gloo moves the bytes, NCCL's rules decide what is allowed.
+
+Importing this module registers the backend (`dist.init_process_group("sim", ...)`). Each process
+group is a `SimProcessGroup` (a Python `ProcessGroup`) wrapping a real `ProcessGroupGloo` bound to
+loopback. Every call is, in order:
+
+1. checked locally the way ProcessGroupNCCL checks it (simgpu.nccl_rules): same exception types,
+   messages that start with NCCL's wording;
+2. checked across ranks (simgpu.strict): all ranks must make the same call, else every rank raises
+   CollectiveMismatch at once instead of hanging;
+3. run on gloo, emulating NCCL where gloo differs: fp8 reductions (gloo rejects fp8), integer AVG
+   (truncating division), float AVG and PREMUL_SUM (pre-multiplied sums), bool SUM as OR, reduce
+   leaving non-root tensors unchanged, uneven all_gather / reduce_scatter, stacked outputs for
+   all_gather_into_tensor (NCCL checks numel only), non-contiguous point-to-point tensors.
+   What NCCL does not implement is refused the same way: recv/irecv without a source and
+   all_gather_coalesced raise NotImplementedError.
+
+Data-moving ops travel as raw bytes (uint8 views), so any dtype NCCL accepts moves through gloo.
+Tensors that NCCL takes in any layout (send/recv and the list all_to_all, where it only warns;
+all_gather's output list and reduce_scatter's input list, which it copies) are staged through
+contiguous buffers: values move in logical order, which is what NCCL gives when both ends have the
+same layout (NCCL moves memory; mixing layouts there is "user responsibility").
+Ops with a fix-up step return a `SimWork` whose wait() runs the fix-up after gloo finishes, so
+async_op=True keeps working; results are only defined after wait(), as on NCCL.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+from datetime import timedelta
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import (
+    AllgatherOptions,
+    AllreduceCoalescedOptions,
+    AllreduceOptions,
+    AllToAllOptions,
+    BarrierOptions,
+    BroadcastOptions,
+    GatherOptions,
+    ReduceOptions,
+    ReduceScatterOptions,
+    ScatterOptions,
+)
+
+from simgpu import nccl_rules as rules
+from simgpu.strict import Call, StrictChecker
+
+BACKEND_NAME = "sim"
+Tensor = torch.Tensor
+
+__all__ = ["BACKEND_NAME", "SimProcessGroup", "SimWork", "create_sim_process_group", "register"]
+
+
+# ----------------------------------------------------------------------------- work handles
+class SimWork(dist.Work):
+    """A gloo Work plus the step that makes its result NCCL's (run once, on wait or completion)."""
+
+    def __init__(self, inner: dist.Work | None, outputs: Sequence[Tensor],
+                 finish: Callable[[], None] | None = None):
+        super().__init__()
+        self._inner = inner
+        self._outputs = list(outputs)
+        self._finish = finish
+        self._done = False
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+
+    def _complete(self) -> None:
+        with self._lock:
+            if not self._done:
+                self._done = True
+                try:
+                    if self._finish is not None:
+                        self._finish()
+                except BaseException as exc:  # noqa: BLE001 - re-raised by every wait()
+                    self._error = exc
+        if self._error is not None:
+            raise self._error
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        if self._inner is not None:
+            self._inner.wait() if timeout is None else self._inner.wait(timeout)
+        self._complete()
+        return True
+
+    def is_completed(self) -> bool:
+        if self._done:
+            return True
+        if self._inner is None or self._inner.is_completed():
+            try:
+                self.wait()
+            except BaseException:  # noqa: BLE001 - reported by wait()
+                pass
+            return True
+        return False
+
+    def is_success(self) -> bool:
+        return self.is_completed() and self._error is None
+
+    def exception(self) -> Any:
+        return self._error
+
+    def result(self) -> list[Tensor]:
+        return self._outputs
+
+    def _source_rank(self) -> int:
+        return self._inner._source_rank() if self._inner is not None else -1
+
+    def get_future(self) -> torch.futures.Future:
+        if self._inner is not None and not self._done:
+            try:
+                inner_future = self._inner.get_future()
+            except RuntimeError:  # gloo's point-to-point works have no future
+                inner_future = None
+            if inner_future is not None:
+                def then(fut: torch.futures.Future) -> list[Tensor]:
+                    fut.value()
+                    self._complete()
+                    return self._outputs
+                return inner_future.then(then)
+        self.wait()
+        fut: torch.futures.Future = torch.futures.Future()
+        fut.set_result(self._outputs)
+        return fut
+
+    @staticmethod
+    def all_of(works: Sequence["SimWork"], outputs: Sequence[Tensor]) -> "SimWork":
+        """One handle for several works (the *_coalesced calls)."""
+        def wait_all() -> None:
+            for work in works:
+                work.wait()
+        return SimWork(None, outputs, wait_all)
+
+
+# ----------------------------------------------------------------------------- tensor helpers
+def _raw(t: Tensor) -> Tensor:
+    """1-D view of a dense tensor's memory in memory order (what NCCL reads and writes).
+
+    as_strided, not reshape: a one-element tensor can be "contiguous" with stride 0 (expanded).
+    """
+    return t.as_strided((t.numel(),), (1,))
+
+
+def _raw_bytes(t: Tensor) -> Tensor:
+    return _raw(t).view(torch.uint8)
+
+
+def _contiguous(t: Tensor) -> Tensor:
+    """t itself if contiguous, else a fresh contiguous buffer of its shape (not filled)."""
+    return t if t.is_contiguous() else torch.empty_like(t, memory_format=torch.contiguous_format)
+
+
+def _dt(t: Tensor) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def _sizes(ts: Sequence[Tensor]) -> str:
+    return "[" + ", ".join(str(t.numel()) for t in ts) + "]"
+
+
+def _unbytes(buf: Tensor, like: Tensor) -> Tensor:
+    """A uint8 slice seen as `like`'s dtype and shape."""
+    return buf.view(like.dtype).view(like.shape)
+
+
+def _summarize(args: Sequence[Any]) -> str:
+    """The tensors among a call's arguments, for the strict table: float32[3], [2 x float32[4]]."""
+    parts = []
+    for arg in args:
+        if isinstance(arg, Tensor):
+            parts.append(rules.describe(arg))
+        elif isinstance(arg, (list, tuple)) and arg and all(isinstance(a, (Tensor, list)) for a in arg):
+            inner = _summarize(arg)
+            parts.append(f"[{inner}]" if len(arg) <= 3 else f"[{len(arg)} items]")
+    return ", ".join(parts)
+
+
+def _collective(op: str) -> Callable:
+    """Decorator: when NCCL's local checks refuse a call, tell the group before raising.
+
+    The other ranks then fail at once with CollectiveMismatch instead of waiting (simgpu.strict).
+    Errors after the strict check (from gloo, or the mismatch itself) pass through unchanged.
+    """
+    def decorate(method: Callable) -> Callable:
+        @functools.wraps(method)
+        def call(self: "SimProcessGroup", *args: Any, **kwargs: Any) -> Any:
+            self._local.checked = False
+            try:
+                return method(self, *args, **kwargs)
+            except Exception as exc:
+                if not self._local.checked:
+                    self._strict.reject(Call(op, f"{op}({_summarize(args)})"), exc)
+                raise
+        return call
+    return decorate
+
+
+# ----------------------------------------------------------------------------- process group
+class SimProcessGroup(dist.ProcessGroup):
+    """A process group that behaves like ProcessGroupNCCL on CPU ranks (see the module docstring)."""
+
+    def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta):
+        super().__init__(rank, size)
+        self._gloo = _make_gloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
+        self._strict = StrictChecker(store, rank, size, label=self._label)
+        self._local = threading.local()  # .checked: the current call has passed the strict check
+
+    @property
+    def gloo(self) -> dist.ProcessGroupGloo:
+        """The gloo group underneath (no NCCL rules, no strict checks)."""
+        return self._gloo
+
+    @property
+    def strict(self) -> StrictChecker:
+        return self._strict
+
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        return BACKEND_NAME
+
+    # torch keeps a group's name on its registered backends; this group has none, so it keeps its own
+    # (functional collectives and the C++ registry look groups up by name).
+    def _set_group_name(self, name: str) -> None:
+        self._sim_group_name = name
+
+    def _set_group_desc(self, desc: str) -> None:
+        self._sim_group_desc = desc
+
+    @property
+    def group_name(self) -> str:
+        return getattr(self, "_sim_group_name", "")
+
+    @property
+    def group_desc(self) -> str:
+        return getattr(self, "_sim_group_desc", "")
+
+    setGroupName = _set_group_name  # noqa: N815 - the names torch's C++ calls back
+    setGroupDesc = _set_group_desc  # noqa: N815
+
+    def getGroupName(self) -> str:  # noqa: N802
+        return self.group_name
+
+    def getGroupDesc(self) -> str:  # noqa: N802
+        return self.group_desc
+
+    def __repr__(self) -> str:
+        return f"SimProcessGroup(rank={self.rank()}, size={self.size()})"
+
+    def _label(self) -> str:
+        """How messages name this group: 'default group' or "group '1'", with its global ranks."""
+        world = dist.distributed_c10d._world
+        label = "the default group" if world.default_pg is self else f"group {self.group_name!r}"
+        try:
+            ranks = dist.get_process_group_ranks(self)
+        except Exception:  # noqa: BLE001 - only used in messages
+            return label
+        return f"{label} (global ranks {ranks})"
+
+    def _ctx(self, op: str, arg: str) -> str:
+        return f"rank {self.rank()}, {op}() argument '{arg}'"
+
+    def _check(self, op: str, text: str, agree: dict | None = None,
+               send: list | None = None, recv: list | None = None) -> None:
+        self._local.checked = True
+        self._strict.check(Call(op, text, agree or {}, send, recv))
+
+    def _root(self, root: int, op: str) -> int:
+        if not 0 <= root < self.size():
+            raise ValueError(f"ProcessGroupNCCL::{op}: invalid root rank: {root}"
+                             f"{rules.note(f'rank {self.rank()}, group of {self.size()} ranks')}")
+        return root
+
+    def _count(self, items: Sequence[Any], op: str, arg: str) -> None:
+        if len(items) != self.size():
+            raise ValueError(f"simgpu: {op}() argument '{arg}' has {len(items)} tensors for a group of "
+                             f"{self.size()} ranks (rank {self.rank()}; on NCCL: undefined behaviour)")
+
+    # ------------------------------------------------------------------------- reductions
+    @_collective("all_reduce")
+    def allreduce(self, tensors: list[Tensor], opts: AllreduceOptions = AllreduceOptions()) -> SimWork:
+        t = _one(tensors)
+        ctx = self._ctx("all_reduce", "tensor")
+        rules.check_contiguous(t, ctx)
+        rules.check_dtype(t, ctx)
+        plan = rules.plan_reduction(opts.reduceOp, t.dtype, self.size(), ctx)
+        op = rules.op_name(opts.reduceOp)
+        self._check("all_reduce", f"all_reduce({rules.describe(t)}, op={op})",
+                    {"dtype": _dt(t), "numel": t.numel(), "op": op})
+        raw = _raw(t)
+        buf, aliased = plan.to_wire(raw, "inplace")
+        work = self._gloo.allreduce([buf], _allreduce_opts(plan))
+        return SimWork(work, [t], lambda: plan.from_wire(buf, raw, aliased))
+
+    @_collective("all_reduce_coalesced")
+    def allreduce_coalesced(self, tensors: list[Tensor],
+                            opts: AllreduceCoalescedOptions = AllreduceCoalescedOptions()) -> SimWork:
+        ctx = self._ctx("all_reduce_coalesced", "tensors")
+        if not tensors:
+            raise ValueError(f"Tensor list must be nonempty{rules.note(ctx)}")
+        for i, t in enumerate(tensors):
+            rules.check_dense(t, f"{ctx}[{i}]")
+            if t.dtype != tensors[0].dtype:
+                where = rules.note(f"{ctx}[{i}] is {t.dtype}, [0] is {tensors[0].dtype}")
+                raise TypeError(f"Tensors must have identical type{where}")
+        rules.check_dtype(tensors[0], ctx)
+        plan = rules.plan_reduction(opts.reduceOp, tensors[0].dtype, self.size(), ctx)
+        op = rules.op_name(opts.reduceOp)
+        self._check("all_reduce_coalesced", f"all_reduce_coalesced({len(tensors)} x {_dt(tensors[0])}, "
+                    f"numels {_sizes(tensors)}, op={op})",
+                    {"dtype": _dt(tensors[0]), "numels": [t.numel() for t in tensors], "op": op})
+        raws = [_raw(t) for t in tensors]
+        buf = torch.cat([plan.to_wire(r, "private")[0] for r in raws])
+        work = self._gloo.allreduce([buf], _allreduce_opts(plan))
+
+        def finish() -> None:
+            for raw, part in zip(raws, buf.split([plan.wire_numel(r.numel()) for r in raws])):
+                plan.from_wire(part, raw, False)
+        return SimWork(work, tensors, finish)
+
+    @_collective("reduce")
+    def reduce(self, tensors: list[Tensor], opts: ReduceOptions = ReduceOptions()) -> SimWork:
+        t = _one(tensors)
+        ctx = self._ctx("reduce", "tensor")
+        rules.check_contiguous(t, ctx)
+        rules.check_dtype(t, ctx)
+        plan = rules.plan_reduction(opts.reduceOp, t.dtype, self.size(), ctx)
+        root = self._root(opts.rootRank, "reduce")
+        op = rules.op_name(opts.reduceOp)
+        self._check("reduce", f"reduce({rules.describe(t)}, dst={root}, op={op})",
+                    {"dtype": _dt(t), "numel": t.numel(), "op": op, "dst": root})
+        raw = _raw(t)
+        is_root = self.rank() == root
+        # NCCL leaves non-root tensors alone; gloo writes partial results into them: give it a copy.
+        buf, aliased = plan.to_wire(raw, "inplace" if is_root else "private")
+        o = ReduceOptions()
+        o.reduceOp = plan.gloo_op
+        o.rootRank = root
+        work = self._gloo.reduce([buf], o)
+        return SimWork(work, [t], (lambda: plan.from_wire(buf, raw, aliased)) if is_root else None)
+
+    @_collective("reduce_scatter")
+    def reduce_scatter(self, outputs: list[Tensor], input_lists: list[list[Tensor]],
+                       opts: ReduceScatterOptions = ReduceScatterOptions()) -> SimWork:
+        out = _one(outputs)
+        ins = _one(input_lists)
+        ctx = self._ctx("reduce_scatter", "output")
+        rules.check_contiguous(out, ctx)
+        rules.check_dtype(out, ctx)
+        plan = rules.plan_reduction(opts.reduceOp, out.dtype, self.size(), ctx)
+        self._count(ins, "reduce_scatter", "input_list")
+        if ins[self.rank()].numel() != out.numel():
+            raise ValueError("Tensor input and output of _reduce_oop must have the same number of elements "
+                             + rules.note(f"rank {self.rank()}, reduce_scatter() output has {out.numel()}, "
+                                          f"input_list[{self.rank()}] has {ins[self.rank()].numel()}"))
+        op = rules.op_name(opts.reduceOp)
+        self._check("reduce_scatter", f"reduce_scatter({rules.describe(out)}, input numels {_sizes(ins)}, op={op})",
+                    {"dtype": _dt(out), "op": op, "input_numels": [x.numel() for x in ins]})
+        width = max(plan.wire_numel(x.numel()) for x in ins)
+        stacked = torch.zeros(self.size() * width, dtype=plan.wire_dtype)
+        for j, x in enumerate(ins):  # uneven slots padded to the widest (NCCL allows uneven)
+            wire = plan.to_wire(x, "readonly")[0]
+            stacked[j * width: j * width + wire.numel()].copy_(wire)
+        buf = torch.empty(width, dtype=plan.wire_dtype)
+        work = self._gloo._reduce_scatter_base(buf, stacked, _reduce_scatter_opts(plan))
+        raw = _raw(out)
+        return SimWork(work, [out], lambda: plan.from_wire(buf[: plan.wire_numel(out.numel())], raw, False))
+
+    @_collective("reduce_scatter_tensor")
+    def reduce_scatter_single(self, output: Tensor, input: Tensor,  # noqa: A002 - torch's name
+                              opts: ReduceScatterOptions = ReduceScatterOptions()) -> SimWork:
+        ctx = self._ctx("reduce_scatter_tensor", "input")
+        rules.check_contiguous(output, self._ctx("reduce_scatter_tensor", "output"))
+        rules.check_contiguous(input, ctx)
+        if input.dtype != output.dtype:
+            raise TypeError("input tensor must be the same type as the output tensor."
+                            + rules.note(f"{ctx} is {input.dtype}, 'output' is {output.dtype}"))
+        if input.numel() != output.numel() * self.size():
+            raise ValueError("input tensor must be the same size as output size times world size"
+                             + rules.note(f"{ctx} has {input.numel()} elements, 'output' {output.numel()}, "
+                                          f"world size {self.size()}"))
+        rules.check_dtype(input, ctx)
+        plan = rules.plan_reduction(opts.reduceOp, input.dtype, self.size(), ctx)
+        op = rules.op_name(opts.reduceOp)
+        self._check("reduce_scatter_tensor",
+                    f"reduce_scatter_tensor({rules.describe(output)} <- {rules.describe(input)}, op={op})",
+                    {"dtype": _dt(input), "numel": input.numel(), "op": op})
+        src, _ = plan.to_wire(_raw(input), "readonly", rows=self.size())
+        raw = _raw(output)
+        buf, aliased = plan.wire_out(raw)
+        work = self._gloo._reduce_scatter_base(buf, src, _reduce_scatter_opts(plan))
+        return SimWork(work, [output], lambda: plan.from_wire(buf, raw, aliased))
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(self, outputs: list[Tensor], inputs: list[Tensor],
+                                        opts: ReduceScatterOptions = ReduceScatterOptions()) -> SimWork:
+        works = [self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
+        return SimWork.all_of(works, outputs)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    # ------------------------------------------------------------------------- data movement
+    @_collective("broadcast")
+    def broadcast(self, tensors: list[Tensor], opts: BroadcastOptions = BroadcastOptions()) -> SimWork:
+        t = _one(tensors)
+        ctx = self._ctx("broadcast", "tensor")
+        rules.check_contiguous(t, ctx)
+        rules.check_dtype(t, ctx)
+        root = self._root(opts.rootRank, "broadcast")
+        self._check("broadcast", f"broadcast({rules.describe(t)}, src={root})",
+                    {"dtype": _dt(t), "numel": t.numel(), "src": root})
+        o = BroadcastOptions()
+        o.rootRank = root
+        return SimWork(self._gloo.broadcast([_raw_bytes(t)], o), [t])
+
+    @_collective("all_gather")
+    def allgather(self, output_lists: list[list[Tensor]], inputs: list[Tensor],
+                  opts: AllgatherOptions = AllgatherOptions()) -> SimWork:
+        t = _one(inputs)
+        outs = _one(output_lists)
+        ctx = self._ctx("all_gather", "tensor")
+        rules.check_contiguous(t, ctx)
+        rules.check_dtype(t, ctx)
+        self._count(outs, "all_gather", "tensor_list")
+        if outs[self.rank()].numel() != t.numel():
+            raise ValueError("Tensor input and output of _broadcast_oop must have the same number of elements "
+                             + rules.note(f"rank {self.rank()}, all_gather() 'tensor' has {t.numel()}, "
+                                          f"tensor_list[{self.rank()}] has {outs[self.rank()].numel()}"))
+        self._check("all_gather", f"all_gather({rules.describe(t)} -> numels {_sizes(outs)})",
+                    {"dtype": _dt(t)}, send=[t.numel()] * self.size(), recv=[o.numel() for o in outs])
+        # Every rank makes the same gloo call: n slots of the widest size (NCCL allows uneven sizes).
+        # A slot is the output's own memory when it fits exactly, else a buffer copied out after.
+        nbytes = [o.numel() * o.element_size() for o in outs]
+        width = max(nbytes)
+        own = [o.is_contiguous() and b == width for o, b in zip(outs, nbytes)]
+        slots = [_raw_bytes(o) if mine else torch.empty(width, dtype=torch.uint8) for o, mine in zip(outs, own)]
+        src = _raw_bytes(t)
+        if nbytes[self.rank()] != width:
+            src = torch.zeros(width, dtype=torch.uint8)
+            src[: nbytes[self.rank()]].copy_(_raw_bytes(t))
+        work = self._gloo.allgather([slots], [src], AllgatherOptions())
+
+        def finish() -> None:
+            for o, slot, b, mine in zip(outs, slots, nbytes, own):
+                if not mine:
+                    o.copy_(_unbytes(slot[:b], o))
+        return SimWork(work, outs, finish)
+
+    @_collective("all_gather_into_tensor")
+    def all_gather_single(self, output: Tensor, input: Tensor,  # noqa: A002 - torch's name
+                          opts: AllgatherOptions = AllgatherOptions()) -> SimWork:
+        ctx = self._ctx("all_gather_into_tensor", "input_tensor")
+        rules.check_contiguous(input, ctx)
+        rules.check_contiguous(output, self._ctx("all_gather_into_tensor", "output_tensor"))
+        if input.dtype != output.dtype:
+            raise TypeError("output tensor must have the same type as input tensor"
+                            + rules.note(f"{ctx} is {input.dtype}, 'output_tensor' is {output.dtype}"))
+        if input.numel() * self.size() != output.numel():
+            raise ValueError("output tensor size must be equal to world_size times input tensor size"
+                             + rules.note(f"{ctx} has {input.numel()} elements, 'output_tensor' "
+                                          f"{output.numel()}, world size {self.size()}"))
+        rules.check_dtype(input, ctx)
+        self._check("all_gather_into_tensor",
+                    f"all_gather_into_tensor({rules.describe(output)} <- {rules.describe(input)})",
+                    {"dtype": _dt(input), "numel": input.numel()})
+        # NCCL checks numel only, so a stacked (n, ...) output works: gather into flat byte views.
+        work = self._gloo._allgather_base(_raw_bytes(output), _raw_bytes(input), AllgatherOptions())
+        return SimWork(work, [output])
+
+    _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(self, outputs: list[Tensor], inputs: list[Tensor],
+                                    opts: AllgatherOptions = AllgatherOptions()) -> SimWork:
+        works = [self.all_gather_single(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
+        return SimWork.all_of(works, outputs)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def allgather_coalesced(self, output_lists: list[list[Tensor]], inputs: list[Tensor],
+                            opts: AllgatherOptions = AllgatherOptions()) -> SimWork:
+        raise NotImplementedError("ProcessGroupNCCL does not support allgather_coalesced"
+                                  + rules.note(f"rank {self.rank()}"))
+
+    @_collective("gather")
+    def gather(self, output_lists: list[list[Tensor]], inputs: list[Tensor],
+               opts: GatherOptions = GatherOptions()) -> SimWork:
+        t = _one(inputs)
+        root = self._root(opts.rootRank, "gather")
+        ctx = self._ctx("gather", "tensor")
+        rules.check_contiguous(t, ctx)
+        rules.check_dtype(t, ctx)
+        outs = self._root_list(output_lists, t, root, "gather", "output")
+        self._check("gather", f"gather({rules.describe(t)}, dst={root})",
+                    {"dtype": _dt(t), "numel": t.numel(), "dst": root})
+        o = GatherOptions()
+        o.rootRank = root
+        lists = [[_raw_bytes(x) for x in outs]] if outs else []
+        return SimWork(self._gloo.gather(lists, [_raw_bytes(t)], o), outs)
+
+    @_collective("scatter")
+    def scatter(self, outputs: list[Tensor], input_lists: list[list[Tensor]],
+                opts: ScatterOptions = ScatterOptions()) -> SimWork:
+        t = _one(outputs)
+        root = self._root(opts.rootRank, "scatter")
+        ctx = self._ctx("scatter", "tensor")
+        rules.check_contiguous(t, ctx)
+        rules.check_dtype(t, ctx)
+        ins = self._root_list(input_lists, t, root, "scatter", "input")
+        self._check("scatter", f"scatter({rules.describe(t)}, src={root})",
+                    {"dtype": _dt(t), "numel": t.numel(), "src": root})
+        o = ScatterOptions()
+        o.rootRank = root
+        lists = [[_raw_bytes(x) for x in ins]] if ins else []
+        return SimWork(self._gloo.scatter([_raw_bytes(t)], lists, o), [t])
+
+    def _root_list(self, lists: list[list[Tensor]], t: Tensor, root: int, op: str, kind: str) -> list[Tensor]:
+        """The root's list of n tensors, each of t's dtype and shape (NCCL's ValueErrors otherwise)."""
+        prefix = f"ProcessGroupNCCL::{op}: "
+        where = rules.note(f"rank {self.rank()}, {op}() with root {root}")
+        if self.rank() != root:
+            if lists:
+                raise ValueError(f"{prefix}requires empty {kind} on non-root{where}")
+            return []
+        if len(lists) != 1:
+            raise ValueError(f"{prefix}requires a single-element {kind} list containing a list with "
+                             f"{self.size()} tensors.{where}")
+        items = lists[0]
+        if len(items) != self.size():
+            raise ValueError(f"{prefix}Incorrect {kind} list size {len(items)}. {kind.capitalize()} list size "
+                             f"should be {self.size()}, same as size of the process group.{where}")
+        for j, x in enumerate(items):
+            rules.check_contiguous(x, f"rank {self.rank()}, {op}() list entry {j}")
+            if x.dtype != t.dtype:
+                raise ValueError(f"{prefix}invalid tensor type at index {j} (expected {t.dtype}, got {x.dtype})"
+                                 f"{where}")
+            if x.shape != t.shape:
+                raise ValueError(f"{prefix}invalid tensor size at index {j} (expected {list(t.shape)}, "
+                                 f"got {list(x.shape)}){where}")
+        return list(items)
+
+    @_collective("all_to_all")
+    def alltoall(self, outputs: list[Tensor], inputs: list[Tensor],
+                 opts: AllToAllOptions = AllToAllOptions()) -> SimWork:
+        self._count(outputs, "all_to_all", "output_tensor_list")
+        self._count(inputs, "all_to_all", "input_tensor_list")
+        for name, ts in (("output_tensor_list", outputs), ("input_tensor_list", inputs)):
+            for j, x in enumerate(ts):
+                rules.check_dtype(x, self._ctx("all_to_all", f"{name}[{j}]"))
+                rules.warn_p2p_layout(x)
+        self._check("all_to_all", f"all_to_all({_dt(inputs[0])}, send {_sizes(inputs)}, recv {_sizes(outputs)})",
+                    {"dtype": _dt(inputs[0])}, send=[x.numel() for x in inputs], recv=[o.numel() for o in outputs])
+        in_bytes = [x.numel() * x.element_size() for x in inputs]
+        out_bytes = [o.numel() * o.element_size() for o in outputs]
+        flat_in = torch.cat([_raw_bytes(x.contiguous()) for x in inputs])
+        flat_out = torch.empty(sum(out_bytes), dtype=torch.uint8)
+        work = self._gloo.alltoall_base(flat_out, flat_in, out_bytes, in_bytes, AllToAllOptions())
+
+        def finish() -> None:
+            for o, part in zip(outputs, flat_out.split(out_bytes)):
+                o.copy_(_unbytes(part, o))
+        return SimWork(work, outputs, finish)
+
+    @_collective("all_to_all_single")
+    def all_to_all_single(self, output: Tensor, input: Tensor,  # noqa: A002 - torch's name
+                          output_split_sizes: list[int], input_split_sizes: list[int],
+                          opts: AllToAllOptions = AllToAllOptions()) -> SimWork:
+        ctx = self._ctx("all_to_all_single", "input")
+        for name, x in (("output", output), ("input", input)):
+            rules.check_contiguous(x, self._ctx("all_to_all_single", name))
+            rules.check_dtype(x, self._ctx("all_to_all_single", name))
+            if x.dim() == 0:
+                raise ValueError(f"simgpu: {self._ctx('all_to_all_single', name)} must have a dim 0")
+        in_splits = self._splits(input_split_sizes, input, "input", bool(output_split_sizes))
+        out_splits = self._splits(output_split_sizes, output, "output", bool(input_split_sizes))
+        in_row, out_row = _row_numel(input), _row_numel(output)
+        send = [s * in_row for s in in_splits]
+        recv = [s * out_row for s in out_splits]
+        self._check("all_to_all_single", f"all_to_all_single({_dt(input)}, send {send}, recv {recv})",
+                    {"dtype": _dt(input)}, send=send, recv=recv)
+        work = self._gloo.alltoall_base(_raw_bytes(output), _raw_bytes(input),
+                                        [s * out_row * output.element_size() for s in out_splits],
+                                        [s * in_row * input.element_size() for s in in_splits],
+                                        AllToAllOptions())
+        return SimWork(work, [output])
+
+    alltoall_base = all_to_all_single
+
+    def _splits(self, splits: list[int], t: Tensor, name: str, other_given: bool) -> list[int]:
+        """c10d::checkSplitSizes; with no splits at all, n equal parts of dim 0."""
+        n = self.size()
+        where = rules.note(self._ctx("all_to_all_single", name))
+        if not splits:
+            if t.size(0) % n != 0:
+                raise RuntimeError(f"Tensor's dim 0 does not divide equally across group size{where}; "
+                                   f"dim 0 is {t.size(0)}, group size {n}")
+            return [t.size(0) // n] * n
+        if len(splits) != n:
+            raise RuntimeError(f"Number of tensor splits not equal to group size{where}; got {list(splits)}")
+        if sum(splits) != t.size(0):
+            raise RuntimeError(f"Split sizes doesn't match total dim 0 size{where}; splits {list(splits)} "
+                               f"sum to {sum(splits)}, dim 0 is {t.size(0)}")
+        return [int(s) for s in splits]
+
+    # ------------------------------------------------------------------------- point to point
+    def send(self, tensors: list[Tensor], dst: int, tag: int = 0) -> SimWork:
+        t = _one(tensors)
+        rules.check_dtype(t, self._ctx("send", "tensor"))
+        rules.warn_p2p_layout(t)
+        return SimWork(self._gloo.send([_raw_bytes(t.contiguous())], dst, tag), [t])
+
+    def recv(self, tensors: list[Tensor], src: int, tag: int = 0) -> SimWork:
+        t = _one(tensors)
+        rules.check_dtype(t, self._ctx("recv", "tensor"))
+        rules.warn_p2p_layout(t)
+        target = _contiguous(t)
+        return SimWork(self._gloo.recv([_raw_bytes(target)], src, tag), [t], lambda: _copy_back([target], [t]))
+
+    def recv_anysource(self, tensors: list[Tensor], tag: int = 0) -> SimWork:
+        raise NotImplementedError("ProcessGroupNCCL does not support recvAnysource"
+                                  + rules.note(f"rank {self.rank()}, recv()/irecv() without src"))
+
+    # ------------------------------------------------------------------------- sync
+    def barrier(self, opts: BarrierOptions = BarrierOptions()) -> SimWork:
+        self._check("barrier", "barrier()")
+        return SimWork(self._gloo.barrier(opts), [])
+
+    def _start_coalescing(self, device: Any = None) -> None:
+        """NCCL batches the ops up to _end_coalescing; running them as they come gives the same results."""
+
+    def _end_coalescing(self, device: Any = None) -> SimWork:
+        return SimWork(None, [])
+
+    def shutdown(self) -> None:
+        self._gloo.shutdown()
+
+    def abort(self) -> None:
+        self._gloo.abort()
+
+
+# ----------------------------------------------------------------------------- helpers
+def _one(items: Sequence[Any]) -> Any:
+    if len(items) != 1:
+        raise RuntimeError(rules.MULTI_DEVICE_MESSAGE)
+    return items[0]
+
+
+def _row_numel(t: Tensor) -> int:
+    rows = t.size(0)
+    if rows:
+        return t.numel() // rows
+    row = 1
+    for s in t.shape[1:]:
+        row *= s
+    return row
+
+
+def _copy_back(staged: Sequence[Tensor], targets: Sequence[Tensor]) -> None:
+    for s, t in zip(staged, targets):
+        if s is not t:
+            t.copy_(s)
+
+
+def _allreduce_opts(plan: rules.ReducePlan) -> AllreduceOptions:
+    o = AllreduceOptions()
+    o.reduceOp = plan.gloo_op
+    return o
+
+
+def _reduce_scatter_opts(plan: rules.ReducePlan) -> ReduceScatterOptions:
+    o = ReduceScatterOptions()
+    o.reduceOp = plan.gloo_op
+    return o
+
+
+def _make_gloo(store: dist.Store, rank: int, size: int, timeout: timedelta) -> dist.ProcessGroupGloo:
+    """A gloo group on loopback only (ranks are local processes; nothing listens outside)."""
+    opts = dist.ProcessGroupGloo._Options()
+    opts._timeout = timeout
+    opts._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
+    return dist.ProcessGroupGloo(store, rank, size, opts)
+
+
+def create_sim_process_group(store: dist.Store, rank: int, size: int, timeout: timedelta) -> SimProcessGroup:
+    """The creator torch calls for init_process_group("sim") and new_group (store is per group)."""
+    return SimProcessGroup(store, rank, size, timeout)
+
+
+def register() -> None:
+    """Register "sim" with torch.distributed (idempotent; done on import)."""
+    if BACKEND_NAME.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(BACKEND_NAME, create_sim_process_group, devices=["cpu"])
+
+
+register()

@@ -1,0 +1,302 @@
+"""Strict collective checking: every rank of a group must make the same call, or all of them fail fast.
+
+Before each collective, every rank of the group posts a small JSON descriptor of its call (op,
+sequence number, root, reduce op, counts and dtypes, split sizes, and the user's call site) to the
+group's store under (seq, rank), waits a bounded time for the other ranks' descriptors, reads them
+all with one multi_get, and compares what NCCL needs to agree. Cost: one set, one wait, one
+multi_get (and one delete: of this rank's previous descriptor) per collective. A rank deletes its
+own older descriptors once every rank has posted seq n: every rank reads a check's descriptors
+before posting its next one, so by then nobody needs them.
+
+A rank whose call fails NCCL's local argument checks (dtype, layout, sizes) still posts a
+descriptor, marked refused, without waiting: it raises its own NCCL error at once, and the ranks
+that passed their checks raise CollectiveMismatch naming it, where NCCL would leave them hanging.
+
+On NCCL a disagreement is undefined behaviour, usually a hang until the watchdog fires (10 min);
+here it is a `CollectiveMismatch` on every rank, with a table of who called what, where. A rank
+that never arrives gives `CollectiveTimeout` on the ranks that did, naming who is missing and the
+last call each of them made. After a timeout the group is out of step, as an NCCL communicator is
+after its watchdog fires: the ranks that timed out refuse further collectives on that group
+(restart the ranks), and a late rank that arrives finds a tombstone and fails with a mismatch.
+
+Point-to-point ops (send/recv/isend/irecv, batch_isend_irecv) are not checked. They have no group
+order (NCCL runs them on per-pair streams, in any interleaving with collectives), irecv may match
+any later isend, and a missing peer already surfaces as a blocked wait that the pool's watchdog
+reports with every rank's stack. A pairwise check would need a store round trip per message and
+could still not order a recv against the sends of other pairs.
+
+Fields compared per collective are only those NCCL needs to agree: element counts (not shapes: a
+(2, 3) tensor all-reduces with a (6,) one on NCCL), dtypes, reduce op, root, and for the ops that
+move data between pairs, what each rank sends to each other rank against what that rank expects.
+
+Settings: SIMGPU_STRICT_TIMEOUT (seconds, default 30) or `set_timeout()`; SIMGPU_STRICT=0 turns the
+check off (the emulation of NCCL's semantics stays on).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.distributed as dist
+
+DEFAULT_TIMEOUT = 30.0
+_KEY_PREFIX = "simgpu/strict"
+_MAX_PAIR_LINES = 8
+_timeout_override: float | None = None
+_SKIP_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch,))
+_SIMGPU_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_SKIP_FILES = ("typing_extensions.py", f"{os.sep}contextlib.py", f"{os.sep}functools.py", f"{os.sep}warnings.py")
+
+
+class CollectiveMismatch(RuntimeError):
+    """The ranks of a group made different calls at the same point (every rank raises it)."""
+
+
+class CollectiveTimeout(RuntimeError):
+    """Some ranks of a group did not reach a collective before the strict deadline."""
+
+
+def set_timeout(seconds: float | None) -> None:
+    """Override the strict deadline for this process (None: back to SIMGPU_STRICT_TIMEOUT / 30 s)."""
+    global _timeout_override
+    _timeout_override = None if seconds is None else float(seconds)
+
+
+def get_timeout() -> float:
+    """The deadline for the other ranks to arrive, read on every call so tests can change it."""
+    if _timeout_override is not None:
+        return _timeout_override
+    value = os.environ.get("SIMGPU_STRICT_TIMEOUT")
+    return float(value) if value else DEFAULT_TIMEOUT
+
+
+def enabled() -> bool:
+    """SIMGPU_STRICT=0 turns the cross-rank check off (for benchmarks); NCCL's local rules stay on."""
+    return os.environ.get("SIMGPU_STRICT", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def call_site() -> str:
+    """file:line of the first stack frame outside torch, simgpu and decorator plumbing."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (name.startswith(_SKIP_DIRS) or name.startswith(_SIMGPU_DIR) or name.startswith("<frozen")
+                or name.endswith(_SKIP_FILES)):
+            return f"{_short_path(name)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "(no user frame: called from inside torch, e.g. autograd)"
+
+
+def _short_path(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+@dataclass
+class Call:
+    """One rank's description of the collective it is about to run.
+
+    agree: fields every rank must give identically (compared key by key).
+    send / recv: per peer, elements this rank sends to / expects from each rank (None: nothing);
+      rank i's send[j] must equal rank j's recv[i].
+    text: a one-line rendering for the mismatch table.
+    """
+
+    op: str
+    text: str
+    agree: dict[str, Any] = field(default_factory=dict)
+    send: list[int | None] | None = None
+    recv: list[int | None] | None = None
+    site: str = ""
+
+
+class StrictChecker:
+    """Per-group sequence of strict checks over the group's (already prefixed) store."""
+
+    def __init__(self, store: dist.Store, rank: int, size: int,
+                 label: Callable[[], str] = lambda: "the process group"):
+        """label() names the group in messages (called only when one is raised)."""
+        self.store = store
+        self.rank = rank
+        self.size = size
+        self.seq = 0
+        self._label = label
+        self._broken: str | None = None
+        self._lock = threading.Lock()  # one sequence per group even if several threads issue calls
+        self._own: list[int] = []  # sequence numbers of this rank's descriptors still in the store
+
+    def _key(self, seq: int, rank: int) -> str:
+        return f"{_KEY_PREFIX}/{seq}/{rank}"
+
+    def check(self, call: Call) -> list[dict] | None:
+        """Post this rank's call, wait for the group's, raise on any disagreement.
+
+        Returns every rank's descriptor (rank order), or None when checking is off.
+        """
+        with self._lock:
+            return self._check(call)
+
+    def _check(self, call: Call) -> list[dict] | None:
+        if self._broken is not None:
+            raise CollectiveTimeout(self._broken)
+        if self.size == 1 or not enabled():
+            return None
+        mine = self._post(call)
+        seq = mine["seq"]
+        keys = [self._key(seq, r) for r in range(self.size)]
+        timeout = get_timeout()
+        try:
+            self.store.wait(keys, timedelta(seconds=timeout))
+        except dist.DistStoreError:
+            self._timed_out(mine, timeout)
+        self._forget_before(seq)
+        calls = [json.loads(v) for v in self.store.multi_get(keys)]
+        problems = find_problems(calls)
+        if problems:
+            if any(c.get("abandoned") for c in calls):
+                self._broken = (f"simgpu: {self._label()} is unusable: a rank abandoned collective #{seq} "
+                                f"after a strict timeout; its ranks are out of step (restart them)")
+            raise CollectiveMismatch(render_mismatch(self._label(), seq, calls, problems))
+        return calls
+
+    def reject(self, call: Call, error: BaseException) -> None:
+        """This rank refused its call locally (NCCL's argument checks): post that and return at once.
+
+        The caller raises its own error; the other ranks, who passed their checks, find this
+        descriptor and raise CollectiveMismatch instead of waiting for a collective that never comes.
+        """
+        with self._lock:
+            if self._broken is not None or self.size == 1 or not enabled():
+                return
+            message = str(error).splitlines()[0] if str(error) else ""
+            self._post(call, rejected=f"{type(error).__name__}: {message}")
+
+    def _post(self, call: Call, **extra: Any) -> dict:
+        """Take the next sequence number and store this rank's descriptor under it."""
+        if not call.site:
+            call.site = call_site()
+        self.seq += 1
+        mine = {"op": call.op, "seq": self.seq, "rank": self.rank, "site": call.site, "text": call.text,
+                "agree": call.agree, "send": call.send, "recv": call.recv, **extra}
+        self.store.set(self._key(self.seq, self.rank), json.dumps(mine, separators=(",", ":")))
+        self._own.append(self.seq)
+        return mine
+
+    def _forget_before(self, seq: int) -> None:
+        """Delete this rank's descriptors older than seq, once every rank has posted seq.
+
+        Every rank reads the descriptors of a check before it posts its next one, so by then all
+        readers of the older ones are done (refusing ranks read nothing).
+        """
+        while self._own and self._own[0] < seq:
+            self.store.delete_key(self._key(self._own.pop(0), self.rank))
+
+    def _timed_out(self, mine: dict, timeout: float) -> None:
+        """Diagnose who is missing, leave a tombstone for late ranks, refuse further collectives.
+
+        Returns (and the check goes on) if every rank turns out to have arrived by now.
+        """
+        seq = mine["seq"]
+        lines = []
+        arrived = []
+        for r in range(self.size):
+            desc = self._read(seq, r)
+            if desc is not None:
+                arrived.append(r)
+                lines.append(f"  rank {r}: arrived, {desc['text']} at {desc['site']}")
+                continue
+            last = self._read(seq - 1, r) or self._read(seq - 2, r)
+            where = (f"its last collective was #{last['seq']}: {last['text']} at {last['site']}" if last
+                     else "no earlier collective of it is on record")
+            lines.append(f"  rank {r}: MISSING; {where}")
+        missing = [r for r in range(self.size) if r not in arrived]
+        if not missing:  # the last rank arrived just after the deadline: no harm done
+            return
+        message = (f"simgpu: collective #{seq} on {self._label()} ({mine['text']} at {mine['site']}) timed out "
+                   f"after {timeout:g}s: rank(s) {missing} did not arrive, rank(s) {arrived} did.\n"
+                   + "\n".join(lines))
+        tombstone = dict(mine, abandoned=True, text=f"abandoned {mine['text']} after a {timeout:g}s timeout")
+        self.store.set(self._key(seq, self.rank), json.dumps(tombstone, separators=(",", ":")))
+        self._broken = (f"simgpu: {self._label()} is unusable: collective #{seq} timed out earlier on this rank; "
+                        f"its ranks are out of step (restart them)")
+        raise CollectiveTimeout(message)
+
+    def _read(self, seq: int, rank: int) -> dict | None:
+        if seq < 1:
+            return None
+        key = self._key(seq, rank)
+        if not self.store.check([key]):
+            return None
+        return json.loads(self.store.get(key))
+
+
+# ----------------------------------------------------------------------------- comparison
+def find_problems(calls: Sequence[dict]) -> list[str]:
+    """Every way the ranks' descriptors disagree, as sentences (empty: they agree)."""
+    problems = []
+    abandoned = [c["rank"] for c in calls if c.get("abandoned")]
+    if abandoned:
+        problems.append(f"rank(s) {abandoned} gave up on this collective after a strict timeout")
+    refused = [c for c in calls if c.get("rejected")]
+    for c in refused:
+        problems.append(f"rank {c['rank']} refused its call before communicating: {c['rejected']}")
+    if refused:
+        return problems
+    ops = {c["op"] for c in calls}
+    if len(ops) > 1:
+        problems.append("ranks called different collectives: " + _per_rank(calls, lambda c: c["op"]))
+        return problems
+    keys = sorted({k for c in calls for k in c["agree"]})
+    for key in keys:
+        values = [json.dumps(c["agree"].get(key)) for c in calls]
+        if len(set(values)) > 1:
+            problems.append(f"'{key}' differs: " + _per_rank(calls, lambda c: c["agree"].get(key)))
+    problems.extend(_pair_problems(calls))
+    return problems
+
+
+def _pair_problems(calls: Sequence[dict]) -> list[str]:
+    """Rank i's send[j] must equal rank j's recv[i] (elements moved from i to j)."""
+    if not any(c.get("send") is not None or c.get("recv") is not None for c in calls):
+        return []
+    out = []
+    n = len(calls)
+    for i in range(n):
+        for j in range(n):
+            sends = calls[i].get("send") or [None] * n
+            recvs = calls[j].get("recv") or [None] * n
+            s, r = sends[j], recvs[i]
+            if s != r:
+                out.append(f"rank {i} sends {_count(s)} to rank {j}, which expects {_count(r)} from rank {i}")
+    if len(out) > _MAX_PAIR_LINES:
+        out = out[:_MAX_PAIR_LINES] + [f"... and {len(out) - _MAX_PAIR_LINES} more pair(s) that disagree"]
+    return out
+
+
+def _count(v: int | None) -> str:
+    return "nothing" if v is None else f"{v} element(s)"
+
+
+def _per_rank(calls: Sequence[dict], get: Callable[[dict], Any]) -> str:
+    return ", ".join(f"rank {c['rank']}: {get(c)}" for c in calls)
+
+
+def render_mismatch(label: str, seq: int, calls: Sequence[dict], problems: list[str]) -> str:
+    """The CollectiveMismatch message: what differs, then one row per rank (call, call site)."""
+    rows = [("rank", "call", "called at")]
+    for c in calls:
+        rows.append((str(c["rank"]), c["text"] + (" -> refused" if c.get("rejected") else ""), c["site"]))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    table = ["  " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    table.insert(1, "  " + "-+-".join("-" * w for w in widths))
+    head = f"simgpu: ranks of {label} disagree at collective #{seq} (on NCCL: undefined behaviour, usually a hang)"
+    return "\n".join([head] + [f"  - {p}" for p in problems] + table)

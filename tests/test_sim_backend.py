@@ -1,0 +1,579 @@
+"""The "sim" backend on real rank processes: NCCL's rules, NCCL's arithmetic, and the strict check.
+
+Functions named `rank_*` run on every rank of a warm pool (RankPool calls fn(ctx, *args)); the
+tests run in the controller and look at every rank's outcome.
+"""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from simgpu.pool import Binding, RankPool
+
+STRICT_MISMATCH = "simgpu.strict.CollectiveMismatch"
+STRICT_TIMEOUT = "simgpu.strict.CollectiveTimeout"
+
+
+@pytest.fixture(scope="module")
+def pool2():
+    pool = RankPool(2, Binding("sim"), timeout=60.0)
+    pool.start()
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="module")
+def pool3():
+    pool = RankPool(3, Binding("sim"), timeout=60.0)
+    pool.start()
+    yield pool
+    pool.close()
+
+
+def values(outcomes):
+    """Every rank's return value; fails with every rank's error if any rank raised."""
+    bad = [o for o in outcomes if not o.ok]
+    assert not bad, "\n".join(f"{o.describe()}\n{o.traceback}" for o in bad)
+    return [o.value for o in outcomes]
+
+
+def errors(outcomes, error_type, pattern):
+    """Assert every rank raised error_type with a message matching pattern; return the messages."""
+    for o in outcomes:
+        assert not o.ok, f"rank {o.rank} did not raise (returned {o.value!r})"
+        assert o.error_type == error_type, o.describe()
+        assert re.search(pattern, o.error), o.describe()
+    return [o.error for o in outcomes]
+
+
+# ----------------------------------------------------------------------------- rank side
+CASES = {}
+
+
+def case(fn):
+    """Register a rank-side case; tests run it on every rank with pool.run(rank_call, name, ...)."""
+    CASES[fn.__name__] = fn
+    return fn
+
+
+def rank_call(ctx, name, *args):
+    """Run CASES[name] on this rank (one importable entry point for all cases)."""
+    return CASES[name](ctx, *args)
+
+
+@case
+def all_reduce(ctx, dtype, op, shape=(2,)):
+    t = torch.zeros(shape, dtype=dtype)
+    dist.all_reduce(t, op=op)
+    return t
+
+
+@case
+def non_contiguous_all_reduce(ctx):
+    dist.all_reduce(torch.zeros(3, 2).t())
+
+
+@case
+def non_contiguous_all_to_all_single(ctx):
+    dist.all_to_all_single(torch.empty(2 * ctx.world_size, 3), torch.zeros(3, 2 * ctx.world_size).t())
+
+
+@case
+def non_contiguous_gather(ctx):
+    gather_list = [torch.empty(3, 2) for _ in range(ctx.world_size)] if ctx.rank == 0 else None
+    dist.gather(torch.zeros(2, 3).t(), gather_list, dst=0)
+
+
+@case
+def premul_int(ctx):
+    dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist._make_nccl_premul_sum(2.0))
+
+
+@case
+def rs_tensor_size(ctx):
+    dist.reduce_scatter_tensor(torch.empty(3), torch.zeros(2 * ctx.world_size))
+
+
+@case
+def rs_tensor_dtype(ctx):
+    dist.reduce_scatter_tensor(torch.empty(2, dtype=torch.int64), torch.zeros(2 * ctx.world_size))
+
+
+@case
+def ag_tensor_size(ctx):
+    dist.all_gather_into_tensor(torch.empty(2 * ctx.world_size + 1), torch.zeros(2))
+
+
+@case
+def recv_any(ctx):
+    dist.recv(torch.empty(2))  # no src: NCCL has no recv-from-any-source
+
+
+@case
+def int_avg(ctx, dtype, per_rank):
+    t = torch.tensor(per_rank[ctx.rank], dtype=dtype)
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    return t.tolist()
+
+
+@case
+def int_avg_async(ctx):
+    t = torch.tensor([7, -7], dtype=torch.int64) * (ctx.rank + 1)
+    work = dist.all_reduce(t, op=dist.ReduceOp.AVG, async_op=True)
+    work.wait()
+    return t.tolist()
+
+
+@case
+def bool_ops(ctx):
+    a = [[True, False, False, True], [False, False, True, True]][ctx.rank % 2]
+    out = {}
+    for name in ("SUM", "PRODUCT", "MIN", "MAX"):
+        t = torch.tensor(a)
+        dist.all_reduce(t, op=getattr(dist.ReduceOp, name))
+        out[name] = (str(t.dtype), t.tolist())
+    return out
+
+
+@case
+def reduce_non_dst(ctx, op_name):
+    t = torch.full((3,), float(ctx.rank + 1))
+    dist.reduce(t, dst=1, op=getattr(dist.ReduceOp, op_name))
+    return t.tolist()
+
+
+@case
+def uneven_all_gather(ctx):
+    x = torch.full((ctx.rank + 1, 2), float(ctx.rank))
+    outs = [torch.empty(j + 1, 2) for j in range(ctx.world_size)]
+    dist.all_gather(outs, x)
+    return [o.tolist() for o in outs]
+
+
+@case
+def even_all_gather_non_contiguous_outputs(ctx):
+    x = torch.arange(4.0).reshape(2, 2) + 10 * ctx.rank
+    outs = [torch.empty(2, 2).t() for _ in range(ctx.world_size)]
+    dist.all_gather(outs, x)
+    return [o.tolist() for o in outs]
+
+
+@case
+def one_element_stride_zero(ctx):
+    x = torch.tensor(float(ctx.rank + 1)).expand(1)  # "contiguous", stride 0
+    outs = [torch.empty(1) for _ in range(ctx.world_size)]
+    dist.all_gather(outs, x)
+    dist.all_reduce(x)
+    return [o.item() for o in outs], x.item()
+
+
+@case
+def stacked_all_gather(ctx):
+    out = torch.empty(ctx.world_size, 2)
+    dist.all_gather_into_tensor(out, torch.tensor([ctx.rank, 10.0 * ctx.rank]))
+    flat = torch.empty(2 * ctx.world_size)
+    dist.all_gather_into_tensor(flat, torch.tensor([ctx.rank, 10.0 * ctx.rank]))
+    return out.tolist(), flat.tolist()
+
+
+@case
+def fp8(ctx, dtype_name, op_name):
+    dtype = getattr(torch, dtype_name)
+    t = torch.tensor([1.0, 2.0, -0.5]).to(dtype)
+    dist.all_reduce(t, op=getattr(dist.ReduceOp, op_name))
+    return str(t.dtype), t.float().tolist()
+
+
+@case
+def float_avg_and_premul(ctx):
+    t = torch.tensor([1.0, 2.0]) * (ctx.rank + 1)
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    p = torch.tensor([1.0, 2.0], dtype=torch.bfloat16)
+    dist.all_reduce(p, op=dist._make_nccl_premul_sum(0.5))
+    q = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    dist.all_reduce(q, op=dist._make_nccl_premul_sum(torch.tensor([3.0], dtype=torch.float64)))
+    c = torch.tensor([1 + 2j, 3 - 1j]) * (ctx.rank + 1)
+    dist.all_reduce(c)
+    return t.tolist(), p.float().tolist(), q.tolist(), [c[0].item(), c[1].item()]
+
+
+@case
+def nan_min_max(ctx):
+    nan = float("nan")
+    x = torch.tensor([nan, nan if ctx.rank == 0 else ctx.rank, float(ctx.rank)])
+    out = {}
+    for name in ("MAX", "MIN"):
+        t = x.clone()
+        dist.all_reduce(t, op=getattr(dist.ReduceOp, name))
+        out[name] = t.tolist()
+    rs = torch.empty(3, dtype=torch.bfloat16)
+    dist.reduce_scatter_tensor(rs, x.to(torch.bfloat16).repeat(ctx.world_size), op=dist.ReduceOp.MAX)
+    out["reduce_scatter_tensor"] = rs.float().tolist()
+    return out
+
+
+@case
+def reduce_scatters(ctx):
+    n = ctx.world_size
+    ins = [torch.full((j + 1,), float(ctx.rank + 1)) for j in range(n)]  # uneven slots
+    out = torch.empty(ctx.rank + 1)
+    dist.reduce_scatter(out, ins, op=dist.ReduceOp.MAX)
+    inp = torch.arange(2.0 * n) * (ctx.rank + 1)
+    before = inp.clone()
+    rs = torch.empty(2, dtype=torch.float32)
+    dist.reduce_scatter_tensor(rs, inp, op=dist.ReduceOp.SUM)
+    ints = torch.arange(2 * n, dtype=torch.int32) * (ctx.rank + 1) - 5
+    ri = torch.empty(2, dtype=torch.int32)
+    dist.reduce_scatter_tensor(ri, ints, op=dist.ReduceOp.AVG)
+    return out.tolist(), rs.tolist(), ri.tolist(), torch.equal(inp, before)
+
+
+@case
+def all_to_alls(ctx):
+    n, r = ctx.world_size, ctx.rank
+    ins = [torch.full((r + j + 1,), float(10 * r + j)) for j in range(n)]
+    outs = [torch.empty(i + r + 1) for i in range(n)]
+    dist.all_to_all(outs, ins)
+    in_splits = [r + j + 1 for j in range(n)]
+    out_splits = [i + r + 1 for i in range(n)]
+    single_in = torch.cat([torch.full((s, 2), float(10 * r + j)) for j, s in enumerate(in_splits)])
+    single_out = torch.empty(sum(out_splits), 2)
+    dist.all_to_all_single(single_out, single_in, out_splits, in_splits)
+    eq_out = torch.empty(n, dtype=torch.int64)
+    dist.all_to_all_single(eq_out, torch.arange(n, dtype=torch.int64) + 100 * r)
+    return [o.tolist() for o in outs], single_out[:, 0].tolist(), eq_out.tolist()
+
+
+@case
+def rooted(ctx):
+    n, r = ctx.world_size, ctx.rank
+    b = torch.full((2,), float(r))
+    dist.broadcast(b, src=n - 1)
+    g = torch.tensor([r, r], dtype=torch.float8_e5m2)
+    gl = [torch.empty(2, dtype=torch.float8_e5m2) for _ in range(n)] if r == 0 else None
+    dist.gather(g, gl, dst=0)
+    s = torch.empty(3, dtype=torch.int8)
+    sl = [torch.full((3,), j * 3, dtype=torch.int8) for j in range(n)] if r == 1 else None
+    dist.scatter(s, sl, src=1)
+    dist.barrier()
+    return b.tolist(), [x.float().tolist() for x in gl] if gl else None, s.tolist()
+
+
+@case
+def point_to_point(ctx):
+    n, r = ctx.world_size, ctx.rank
+    peer = (r + 1) % n
+    prev = (r - 1) % n
+    src = torch.arange(6.0).reshape(2, 3).t() + 100 * r  # non-contiguous: NCCL only warns
+    dst = torch.empty(2, 3).t()
+    ops = [dist.P2POp(dist.isend, src, peer), dist.P2POp(dist.irecv, dst, prev)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    got = dst.tolist()
+    if r == 0:
+        dist.send(torch.tensor([1, 2, 3], dtype=torch.float8_e4m3fn), 1)
+        other = None
+    elif r == 1:
+        buf = torch.empty(3, dtype=torch.float8_e4m3fn)
+        dist.recv(buf, 0)
+        other = buf.float().tolist()
+    else:
+        other = None
+    return got, other
+
+
+@case
+def objects(ctx):
+    n, r = ctx.world_size, ctx.rank
+    objs = [{"from": 0, "x": [1, 2]}, None] if r == 0 else [None, None]
+    dist.broadcast_object_list(objs, src=0)
+    gathered = [None] * n
+    dist.all_gather_object(gathered, ("rank", r))
+    g = [None] * n if r == 0 else None
+    dist.gather_object({"r": r}, g, dst=0)
+    s = [None]
+    dist.scatter_object_list(s, [f"to {j}" for j in range(n)] if r == 0 else None, src=0)
+    return objs, gathered, g, s[0]
+
+
+@case
+def subgroup(ctx):
+    group = ctx.group((0, 2))
+    if ctx.rank == 1:
+        return None
+    t = torch.tensor([ctx.rank + 1.0])
+    dist.all_reduce(t, group=group)
+    return t.item()
+
+
+@case
+def mismatch_shapes(ctx):
+    start = time.perf_counter()
+    try:
+        if ctx.rank == 0:
+            dist.all_reduce(torch.zeros(3))  # site-a
+        else:
+            dist.all_reduce(torch.zeros(4))  # site-b
+    except RuntimeError as exc:
+        return f"{type(exc).__module__}.{type(exc).__name__}", str(exc), time.perf_counter() - start
+    return None
+
+
+@case
+def mismatch_ops_then_ok(ctx):
+    try:
+        if ctx.rank == 0:
+            dist.all_reduce(torch.zeros(2))
+        else:
+            dist.broadcast(torch.zeros(2), src=0)
+    except RuntimeError as exc:
+        first = (type(exc).__name__, str(exc))
+    t = torch.ones(1)
+    dist.all_reduce(t)  # the group is still in step after a mismatch
+    return first, t.item()
+
+
+@case
+def one_rank_refuses(ctx):
+    t = torch.zeros(3, 2).t() if ctx.rank == 1 else torch.zeros(2, 3)
+    dist.all_reduce(t)
+
+
+@case
+def mismatch_splits(ctx):
+    out_splits = [1, 1] if ctx.rank == 0 else [2, 1]
+    dist.all_to_all_single(torch.empty(sum(out_splits)), torch.zeros(2), out_splits, [1, 1])
+
+
+@case
+def timeout(ctx, seconds):
+    import simgpu.strict
+
+    simgpu.strict.set_timeout(seconds)
+    try:
+        if ctx.rank == 1:
+            return "skipped"
+        dist.all_reduce(torch.zeros(2))
+        return "no error"
+    finally:
+        simgpu.strict.set_timeout(None)
+
+
+@case
+def after_timeout(ctx):
+    import simgpu.strict
+
+    simgpu.strict.set_timeout(2.0)
+    try:
+        dist.all_reduce(torch.zeros(2))
+    finally:
+        simgpu.strict.set_timeout(None)
+
+
+# ----------------------------------------------------------------------------- rejections
+@pytest.mark.parametrize("dtype,name", [(torch.int16, "Short"), (torch.uint16, "UInt16"),
+                                        (torch.uint32, "UInt32"), (torch.uint64, "UInt64")])
+def test_rejects_dtypes_nccl_lacks(pool2, dtype, name):
+    out = pool2.run(rank_call, "all_reduce", dtype, dist.ReduceOp.SUM)
+    errors(out, "TypeError", rf"^Input tensor data type is not supported for NCCL process group: {name}\b")
+
+
+@pytest.mark.parametrize("case", ["non_contiguous_all_reduce", "non_contiguous_all_to_all_single",
+                                  "non_contiguous_gather"])
+def test_rejects_non_contiguous_collective(pool2, case):
+    errors(pool2.run(rank_call, case), "ValueError", r"^Tensors must be contiguous")
+
+
+@pytest.mark.parametrize("op", ["BAND", "BOR", "BXOR"])
+def test_rejects_bitwise_ops(pool2, op):
+    out = pool2.run(rank_call, "all_reduce", torch.int32, getattr(dist.ReduceOp, op))
+    errors(out, "ValueError", rf"^Cannot use ReduceOp\.{op} with NCCL")
+
+
+def test_rejects_bool_avg_and_integer_premul(pool2):
+    errors(pool2.run(rank_call, "all_reduce", torch.bool, dist.ReduceOp.AVG), "TypeError",
+           r"Cannot use ReduceOp.AVG with boolean inputs")
+    errors(pool2.run(rank_call, "premul_int"), "TypeError", r"PreMulSum Data type must be half, float")
+
+
+def test_rejects_bad_tensor_collective_sizes(pool2):
+    errors(pool2.run(rank_call, "rs_tensor_size"), "ValueError",
+           r"input tensor must be the same size as output size times world size")
+    errors(pool2.run(rank_call, "rs_tensor_dtype"), "TypeError",
+           r"input tensor must be the same type as the output tensor")
+    errors(pool2.run(rank_call, "ag_tensor_size"), "ValueError",
+           r"output tensor size must be equal to world_size times input tensor size")
+
+
+def test_rejects_recv_from_any_source(pool2):
+    errors(pool2.run(rank_call, "recv_any"), "NotImplementedError", r"does not support recvAnysource")
+
+
+# ----------------------------------------------------------------------------- NCCL arithmetic
+def test_integer_avg_truncates_toward_zero_after_wrapping(pool2):
+    assert values(pool2.run(rank_call, "int_avg", torch.int64, [[7, -7], [14, -14]])) == [[10, -10]] * 2
+    # int8: 100 + 100 wraps to -56 and -100 + -100 to 56, then / 2; -101 / 2 truncates to -50
+    assert values(pool2.run(rank_call, "int_avg", torch.int8, [[100, -100, -100], [100, -100, -1]])) \
+        == [[-28, 28, -50]] * 2
+    assert values(pool2.run(rank_call, "int_avg_async")) == [[10, -10]] * 2
+
+
+def test_bool_sum_is_logical_or(pool2):
+    for result in values(pool2.run(rank_call, "bool_ops")):
+        assert result["SUM"] == ("torch.bool", [True, False, True, True])
+        assert result["MAX"] == ("torch.bool", [True, False, True, True])
+        assert result["PRODUCT"] == ("torch.bool", [False, False, False, True])
+        assert result["MIN"] == ("torch.bool", [False, False, False, True])
+
+
+def test_reduce_leaves_non_dst_unchanged(pool3):
+    assert values(pool3.run(rank_call, "reduce_non_dst", "SUM")) == [[1.0] * 3, [6.0] * 3, [3.0] * 3]
+    assert values(pool3.run(rank_call, "reduce_non_dst", "AVG")) == [[1.0] * 3, [2.0] * 3, [3.0] * 3]
+
+
+@pytest.mark.parametrize("world,dtype,op,expected", [
+    (2, "float8_e4m3fn", "SUM", [2.0, 4.0, -1.0]),
+    (3, "float8_e5m2", "SUM", [3.0, 6.0, -1.5]),
+    (2, "float8_e4m3fn", "MAX", [1.0, 2.0, -0.5]),
+    (3, "float8_e4m3fn", "AVG", [1.0, 2.0, -0.5]),  # each x * fl8(1/3) = x * 0.34375, then summed
+])
+def test_fp8_reductions(pool2, pool3, world, dtype, op, expected):
+    pool = pool2 if world == 2 else pool3
+    got = values(pool.run(rank_call, "fp8", dtype, op))
+    assert got == [(f"torch.{dtype}", expected)] * world
+
+
+def test_float_min_max_ignore_nan_unless_all_nan(pool3):
+    for got in values(pool3.run(rank_call, "nan_min_max")):
+        assert str(got["MAX"]) == "[nan, 2.0, 2.0]"
+        assert str(got["MIN"]) == "[nan, 1.0, 0.0]"
+        assert str(got["reduce_scatter_tensor"]) == "[nan, 2.0, 2.0]"
+
+
+def test_float_avg_premul_and_complex(pool2):
+    for t, p, q, c in values(pool2.run(rank_call, "float_avg_and_premul")):
+        assert t == [1.5, 3.0]
+        assert p == [1.0, 2.0]  # sum of 0.5 * x over 2 ranks
+        assert q == [6.0, 12.0]  # tensor factor 3.0
+        assert c == [3 + 6j, 9 - 3j]
+
+
+# ----------------------------------------------------------------------------- data movement
+def test_uneven_all_gather(pool3):
+    expected = [[[0.0, 0.0]], [[1.0, 1.0]] * 2, [[2.0, 2.0]] * 3]
+    assert values(pool3.run(rank_call, "uneven_all_gather")) == [expected] * 3
+    got = values(pool3.run(rank_call, "even_all_gather_non_contiguous_outputs"))
+    assert got[0] == [(torch.arange(4.0).reshape(2, 2) + 10 * j).tolist() for j in range(3)]
+
+
+def test_one_element_tensor_with_stride_zero(pool2):
+    assert values(pool2.run(rank_call, "one_element_stride_zero")) == [([1.0, 2.0], 3.0)] * 2
+
+
+def test_all_gather_into_tensor_stacked_output(pool3):
+    stacked = [[0.0, 0.0], [1.0, 10.0], [2.0, 20.0]]
+    assert values(pool3.run(rank_call, "stacked_all_gather")) == [(stacked, sum(stacked, []))] * 3
+
+
+def test_reduce_scatter_variants(pool3):
+    got = values(pool3.run(rank_call, "reduce_scatters"))
+    for r, (out, rs, ri, untouched) in enumerate(got):
+        assert out == [3.0] * (r + 1)  # MAX over ranks of rank + 1
+        assert rs == [6.0 * (2 * r), 6.0 * (2 * r + 1)]  # (1 + 2 + 3) * arange
+        expected = [int((6 * (2 * r + k) - 15) / 3) for k in range(2)]  # trunc toward zero
+        assert ri == expected
+        assert untouched
+
+
+def test_all_to_all_variants(pool3):
+    for r, (outs, single, eq) in enumerate(values(pool3.run(rank_call, "all_to_alls"))):
+        assert outs == [[float(10 * i + r)] * (i + r + 1) for i in range(3)]
+        assert single == sum(([float(10 * i + r)] * (i + r + 1) for i in range(3)), [])
+        assert eq == [r + 100 * i for i in range(3)]
+
+
+def test_rooted_collectives_and_barrier(pool3):
+    for r, (b, gl, s) in enumerate(values(pool3.run(rank_call, "rooted"))):
+        assert b == [2.0, 2.0]
+        assert gl == ([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]] if r == 0 else None)
+        assert s == [3 * r] * 3
+
+
+def test_point_to_point(pool3):
+    got = values(pool3.run(rank_call, "point_to_point"))
+    for r, (received, other) in enumerate(got):
+        prev = (r - 1) % 3
+        assert received == (torch.arange(6.0).reshape(2, 3).t() + 100 * prev).tolist()
+    assert got[1][1] == [1.0, 2.0, 3.0]
+
+
+def test_object_collectives(pool3):
+    for r, (objs, gathered, g, s) in enumerate(values(pool3.run(rank_call, "objects"))):
+        assert objs == [{"from": 0, "x": [1, 2]}, None]
+        assert gathered == [("rank", j) for j in range(3)]
+        assert g == ([{"r": j} for j in range(3)] if r == 0 else None)
+        assert s == f"to {r}"
+
+
+def test_subgroup(pool3):
+    assert values(pool3.run(rank_call, "subgroup")) == [4.0, None, 4.0]
+
+
+# ----------------------------------------------------------------------------- strict check
+def _line_of(marker):
+    lines = Path(__file__).read_text().splitlines()
+    return next(i + 1 for i, line in enumerate(lines) if line.rstrip().endswith(f"# {marker}"))
+
+
+def test_mismatch_raises_on_every_rank_with_a_table(pool2):
+    for raised in values(pool2.run(rank_call, "mismatch_shapes")):
+        assert raised is not None, "a rank did not raise"
+        kind, message, seconds = raised
+        assert kind == STRICT_MISMATCH and "disagree at collective" in message, message
+        assert "float32[3]" in message and "float32[4]" in message, message
+        assert f"test_sim_backend.py:{_line_of('site-a')}" in message, message
+        assert f"test_sim_backend.py:{_line_of('site-b')}" in message, message
+        assert "'numel' differs" in message, message
+        assert seconds < 1.0, message
+
+
+def test_mismatched_ops_then_group_still_usable(pool2):
+    for (kind, message), total in values(pool2.run(rank_call, "mismatch_ops_then_ok")):
+        assert kind == "CollectiveMismatch"
+        assert "different collectives" in message and "broadcast" in message
+        assert total == 2.0
+
+
+def test_a_rank_that_refuses_its_call_does_not_leave_the_others_waiting(pool3):
+    start = time.monotonic()
+    out = pool3.run(rank_call, "one_rank_refuses")
+    assert time.monotonic() - start < 2.0
+    assert out[1].error_type == "ValueError" and out[1].error.startswith("Tensors must be contiguous")
+    for o in (out[0], out[2]):
+        assert o.error_type == STRICT_MISMATCH, o.describe()
+        assert "rank 1 refused its call before communicating: ValueError: Tensors must be contiguous" in o.error
+
+
+def test_mismatched_split_sizes(pool2):
+    errors(pool2.run(rank_call, "mismatch_splits"), STRICT_MISMATCH,
+           r"rank 0 sends 1 element\(s\) to rank 1, which expects 2 element\(s\) from rank 0")
+
+
+def test_missing_rank_times_out():
+    with RankPool(2, Binding("sim"), timeout=30.0) as pool:
+        start = time.monotonic()
+        first = pool.run(rank_call, "timeout", 1.0)
+        assert time.monotonic() - start < 10
+        assert first[1].ok and first[1].value == "skipped"
+        assert not first[0].ok and first[0].error_type == STRICT_TIMEOUT, first[0].describe()
+        assert "rank(s) [1] did not arrive, rank(s) [0] did" in first[0].error
+        assert "rank 1: MISSING" in first[0].error
+        # The group is now out of step, as NCCL's is after a watchdog timeout: both ranks refuse.
+        second = pool.run(rank_call, "after_timeout")
+        assert second[0].error_type == STRICT_TIMEOUT and "unusable" in second[0].error, second[0].describe()
+        assert second[1].error_type == STRICT_MISMATCH and "gave up" in second[1].error, second[1].describe()
