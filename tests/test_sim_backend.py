@@ -218,6 +218,17 @@ def nan_min_max(ctx):
 
 
 @case
+def in_place_tensor_collectives(ctx):
+    n, r = ctx.world_size, ctx.rank
+    gathered = torch.zeros(n * 2)
+    gathered[2 * r: 2 * r + 2] = torch.tensor([r, 10.0 * r])
+    dist.all_gather_into_tensor(gathered, gathered[2 * r: 2 * r + 2])  # input is the output's own slot
+    ints = torch.arange(2 * n, dtype=torch.int32) * (r + 1)
+    dist.reduce_scatter_tensor(ints[2 * r: 2 * r + 2], ints, op=dist.ReduceOp.AVG)
+    return gathered.tolist(), ints[2 * r: 2 * r + 2].tolist()
+
+
+@case
 def reduce_scatters(ctx):
     n = ctx.world_size
     ins = [torch.full((j + 1,), float(ctx.rank + 1)) for j in range(n)]  # uneven slots
@@ -488,6 +499,12 @@ def test_reduce_scatter_variants(pool3):
         expected = [int((6 * (2 * r + k) - 15) / 3) for k in range(2)]  # trunc toward zero
         assert ri == expected
         assert untouched
+
+
+def test_in_place_tensor_collectives(pool2):
+    for r, (gathered, avg) in enumerate(values(pool2.run(rank_call, "in_place_tensor_collectives"))):
+        assert gathered == [0.0, 0.0, 1.0, 10.0]
+        assert avg == [int(3 * k / 2) for k in (2 * r, 2 * r + 1)]  # (1 + 2) * k / 2, truncated
 
 
 def test_all_to_all_variants(pool3):
