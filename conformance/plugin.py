@@ -30,8 +30,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--max-world-size", type=int, default=None,
                     help=f"largest world size to draw (default {DEFAULT_MAX_WORLD}, at most 8)")
     group.addoption("--conformance-profile", default=None, choices=sorted(PROFILES),
-                    help="hypothesis effort: ci (fast), dev, thorough (nightly). "
-                         "Default: $SIMGPU_PROFILE, else ci when $CI is set, else dev")
+                    help="hypothesis effort: ci (fast, the default), dev, thorough (nightly). "
+                         "Default: $SIMGPU_PROFILE, else ci")
     group.addoption("--report-dir", default="reports", help="where the capability report (.md, .json) goes")
     group.addoption("--rank-timeout", type=float, default=60.0,
                     help="seconds one call into the ranks may take before the pool is killed and replaced")
@@ -75,9 +75,7 @@ class ConformanceSession:
 
 
 def _effort(config: pytest.Config) -> str:
-    chosen = config.getoption("--conformance-profile") or os.environ.get("SIMGPU_PROFILE")
-    if chosen is None:
-        chosen = "ci" if os.environ.get("CI") else "dev"
+    chosen = config.getoption("--conformance-profile") or os.environ.get("SIMGPU_PROFILE") or "ci"
     if chosen not in PROFILES:
         raise pytest.UsageError(f"unknown conformance profile {chosen!r} (from $SIMGPU_PROFILE); "
                                 f"choose one of {', '.join(sorted(PROFILES))}")
