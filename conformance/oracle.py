@@ -167,11 +167,14 @@ def _first_difference(actual: np.ndarray, expected: np.ndarray, mask: np.ndarray
         with np.errstate(all="ignore"):
             mask = ~((actual == expected) | (np.isnan(actual.astype(np.float64)) & np.isnan(expected.astype(np.float64)))
                      if actual.dtype.kind in "fc" or expected.dtype.kind in "fc" else actual == expected)
+    if actual.ndim == 0:
+        actual, expected, mask = actual.reshape(1), expected.reshape(1), np.reshape(mask, 1)
+        bound = None if bound is None else np.reshape(bound, 1)
     bad = np.argwhere(mask)
     if bad.size == 0:
         return "values differ"
-    idx = tuple(bad[0])
-    text = f"{len(bad)} element(s) wrong; first at {idx}: got {actual[idx]!r}, expected {expected[idx]!r}"
+    idx = tuple(int(i) for i in bad[0])
+    text = f"{len(bad)} element(s) wrong; first at {idx}: got {actual[idx].item()!r}, expected {expected[idx].item()!r}"
     if bound is not None:
         text += f" (allowed error {bound[idx]:.3g})"
     return text

@@ -68,7 +68,8 @@ def test_collective(cell: Cell, conformance) -> None:  # noqa: ANN001 - fixture 
             result = CaseResult("known", f"{finding.id}: {result.detail}", result.layout)
         conformance.report.record(cell.collective, cell.dtype, cell.op, result.layout, result.outcome, result.detail)
         if result.failed:
-            reproduce = (f"pytest conformance --backend={conformance.backend} -k '{cell.id()}'"
+            module = f" --backend-module={conformance.backend_module}" if conformance.backend_module else ""
+            reproduce = (f"pytest conformance --backend={conformance.backend}{module} -k '{cell.id()}'"
                          f" --conformance-profile={conformance.effort}")
             raise AssertionError(f"{result.outcome}: {result.detail}\n  case: {case.summary()}\n"
                                  f"  reproduce: {reproduce} (hypothesis prints the seed / @reproduce_failure below)")

@@ -26,7 +26,7 @@ def reduce_op(name: str, factor: float | None = None) -> Any:
 def draw_frame(draw: Draw, world_size: int, cell: Cell, *, subgroup: bool = True, root: bool = False,
                min_group: int = 1) -> Case:
     """The parts every collective draws: subgroup, root, async_op, premul factor."""
-    group = draw(subgroups(world_size, min_group)) if subgroup else None
+    group = draw(subgroups(world_size, min_group), label="group") if subgroup else None
     case = Case(cell.collective, world_size, cell.dtype, cell.op, group=group)
     if root:
         case.root = draw(st.integers(0, case.size - 1), label="root")
