@@ -90,8 +90,8 @@ class NcclProfile(Profile):
         return None
 
     def _layout_rule(self, collective: str) -> Reject | None:
-        if collective in P2P_COLLECTIVES:
-            return None  # NCCL only warns for send/recv
+        if collective in P2P_COLLECTIVES or collective == "all_to_all":
+            return None  # [source] NCCL only warns for send/recv, and list all_to_all is sends and recvs
         return Reject(("ValueError",), r"Tensors must be contiguous", "NCCL needs contiguous tensors")
 
     def _feature_rule(self, collective: str, feature: str) -> Reject | None:

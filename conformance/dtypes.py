@@ -21,6 +21,7 @@ class DType:
     unit_roundoff: float = 0.0  # u: half an ulp at 1.0 (floats); 0 for exact types
     max_finite: float = 0.0
     tiny: float = 0.0  # smallest positive normal
+    has_inf: bool = True  # float8_e4m3fn has none: overflow saturates (torch's cast) or is NaN
 
     @property
     def is_float(self) -> bool:
@@ -56,7 +57,7 @@ DTYPES: dict[str, DType] = {d.name: d for d in [
     _f("float64", "float64", 64, 2.0**-53, float(np.finfo(np.float64).max), float(np.finfo(np.float64).tiny)),
     DType("complex64", "complex", "complex64", 64, 2.0**-24, float(np.finfo(np.float32).max),
           float(np.finfo(np.float32).tiny)),
-    _f("float8_e4m3fn", "float32", 8, 2.0**-4, 448.0, 2.0**-6),
+    DType("float8_e4m3fn", "float", "float32", 8, 2.0**-4, 448.0, 2.0**-6, has_inf=False),
     _f("float8_e5m2", "float32", 8, 2.0**-3, 57344.0, 2.0**-14),
 ]}
 

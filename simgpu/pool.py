@@ -85,6 +85,7 @@ class RankOutcome:
     error: str | None = None
     traceback: str | None = None
     seconds: float = 0.0
+    poisoned: bool = False  # the error left the process group unusable (exception's poisons_process_group)
 
     def describe(self) -> str:
         if self.ok:
@@ -143,7 +144,8 @@ class RankPool:
     """N rank processes with an initialised process group, ready to run functions.
 
     `run(fn, *args)` calls `fn(ctx, *args)` on every rank (fn must be importable by name) and
-    returns every rank's RankOutcome. Ranks that raise are reported, not fatal; a crash or
+    returns every rank's RankOutcome. Ranks that raise are reported, not fatal (unless the error
+    poisons the process group: then the ranks are replaced before the next call); a crash or
     hang raises RankPoolError after the pool has been killed.
     """
 
@@ -333,6 +335,8 @@ class RankPool:
                 notes = ", ".join(f"rank {rk.rank} {_exit_note(rk.process)}" for rk in dead)
                 self._break("crash", notes, error_order + dead_ranks,
                             sorted(set(range(self.world_size)) - set(dead_ranks) - set(error_order)), outcomes)
+        if any(o is not None and o.poisoned for o in outcomes):
+            self.close(force=True)  # the next call starts fresh ranks with a fresh process group
         return outcomes  # type: ignore[return-value]
 
     def _break(self, kind: str, summary: str, cause: list[int], collateral: list[int],
@@ -377,8 +381,8 @@ def _recv_or_none(conn: Connection) -> Any:
 def _outcome(rank: int, msg: tuple) -> RankOutcome:
     if msg[0] == "ok":
         return RankOutcome(rank, True, value=msg[1], seconds=msg[2])
-    _, etype, text, tb, seconds = msg
-    return RankOutcome(rank, False, error_type=etype, error=text, traceback=tb, seconds=seconds)
+    _, etype, text, tb, seconds, poisoned = msg
+    return RankOutcome(rank, False, error_type=etype, error=text, traceback=tb, seconds=seconds, poisoned=poisoned)
 
 
 def _exit_note(proc: Any) -> str:

@@ -115,12 +115,13 @@ def rank_main(rank: int, world_size: int, binding: Any, conn: Any, diag: Any) ->
             reply = ("ok", value, time.perf_counter() - start)
             conn.send(reply)
         except BaseException as exc:  # noqa: BLE001 - every rank's exception goes back to the controller
-            reply = ("err", _qualname(type(exc)), str(exc), traceback.format_exc(), time.perf_counter() - start)
+            reply = ("err", _qualname(type(exc)), str(exc), traceback.format_exc(), time.perf_counter() - start,
+                     bool(getattr(exc, "poisons_process_group", False)))
             try:
                 conn.send(reply)
             except Exception as send_exc:  # an unpicklable value or exception
                 conn.send(("err", _qualname(type(send_exc)), f"could not send result: {send_exc}",
-                           traceback.format_exc(), time.perf_counter() - start))
+                           traceback.format_exc(), time.perf_counter() - start, False))
     try:
         import torch.distributed as dist
 

@@ -59,7 +59,13 @@ class CollectiveMismatch(RuntimeError):
 
 
 class CollectiveTimeout(RuntimeError):
-    """Some ranks of a group did not reach a collective before the strict deadline."""
+    """Some ranks of a group did not reach a collective before the strict deadline.
+
+    The group is unusable afterwards (as NCCL's is after its watchdog fires): the rank pool sees
+    `poisons_process_group` and replaces its ranks before the next call.
+    """
+
+    poisons_process_group = True
 
 
 def set_timeout(seconds: float | None) -> None:

@@ -37,9 +37,13 @@ def draw_frame(draw: Draw, world_size: int, cell: Cell, *, subgroup: bool = True
 
 
 def draw_layout(draw: Draw, case: Case, *tensor_shapes: tuple[int, ...]) -> str:
-    """Draw a layout and keep it only if some tensor of the case really ends up non-contiguous."""
+    """Draw a layout; keep a non-contiguous one only if every tensor of the case really is non-contiguous.
+
+    Zero-size and size-1 views are contiguous to torch; a case that mixed them would have some ranks
+    pass the contiguity check and others fail it (on NCCL: a hang), which says nothing about the backend.
+    """
     layout = draw(layouts(tensor_shapes[0] if tensor_shapes else ()), label="layout")
-    if layout != "contiguous" and all(is_contiguous_layout(s, case.dtype, layout) for s in tensor_shapes):
+    if layout != "contiguous" and any(is_contiguous_layout(s, case.dtype, layout) for s in tensor_shapes):
         layout = "contiguous"
     case.layout = layout
     return layout
