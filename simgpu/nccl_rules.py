@@ -72,9 +72,14 @@ def note(context: str) -> str:
     return f" (simgpu: {context})" if context else ""
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """torch's own short name ("float32"), for simgpu's messages and the strict check's descriptors."""
+    return str(dtype).replace("torch.", "")
+
+
 def describe(t: torch.Tensor) -> str:
     """Short tensor description for messages: float32[3, 4]."""
-    return f"{str(t.dtype).replace('torch.', '')}[{', '.join(map(str, t.shape))}]"
+    return f"{dtype_name(t.dtype)}[{', '.join(map(str, t.shape))}]"
 
 
 # ----------------------------------------------------------------------------- tensors
@@ -105,7 +110,8 @@ def is_dense(t: torch.Tensor) -> bool:
     """Non-overlapping and dense: its elements fill one block of memory (any dim order)."""
     if t.numel() <= 1:
         return True
-    dims = sorted((s, st) for s, st in zip(t.shape, t.stride()) if s != 1)
+    # Walk the dims from the innermost stride out: each must start where the ones inside it end.
+    dims = [(size, stride) for size, stride in zip(t.shape, t.stride()) if size != 1]
     expected = 1
     for size, stride in sorted(dims, key=lambda d: d[1]):
         if stride != expected:
@@ -143,6 +149,7 @@ def op_type(op: Any) -> RedOpType:
 
 
 def op_name(op: Any) -> str:
+    """"SUM", "PREMUL_SUM", ...: how messages and the strict check's descriptors name a reduce op."""
     return op_type(op).name
 
 
