@@ -34,6 +34,7 @@ check off (the emulation of NCCL's semantics stays on).
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -92,19 +93,31 @@ def call_site() -> str:
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
-        if not (name.startswith(_SKIP_DIRS) or name.startswith(_SIMGPU_DIR) or name.startswith("<frozen")
-                or name.endswith(_SKIP_FILES)):
-            return f"{_short_path(name)}:{frame.f_lineno}"
+        if not _is_plumbing(name):
+            return f"{_short_path(name, os.getcwd())}:{frame.f_lineno}"
         frame = frame.f_back
     return "(no user frame: called from inside torch, e.g. autograd)"
 
 
-def _short_path(path: str) -> str:
+# Both run on every collective for the same few files: cached, they cost a dict look-up.
+@functools.lru_cache(maxsize=1024)
+def _is_plumbing(filename: str) -> bool:
+    return (filename.startswith(_SKIP_DIRS) or filename.startswith(_SIMGPU_DIR) or filename.startswith("<frozen")
+            or filename.endswith(_SKIP_FILES))
+
+
+@functools.lru_cache(maxsize=1024)
+def _short_path(path: str, cwd: str) -> str:
+    """path relative to cwd when it lies below it, else as it is (cwd is part of the cache key)."""
     try:
-        rel = os.path.relpath(path)
+        rel = os.path.relpath(path, cwd)
     except ValueError:
         return path
     return path if rel.startswith("..") else rel
+
+
+def _dumps(descriptor: dict) -> str:
+    return json.dumps(descriptor, separators=(",", ":"))
 
 
 @dataclass
@@ -193,7 +206,7 @@ class StrictChecker:
         self.seq += 1
         mine = {"op": call.op, "seq": self.seq, "rank": self.rank, "site": call.site, "text": call.text,
                 "agree": call.agree, "send": call.send, "recv": call.recv, **extra}
-        self.store.set(self._key(self.seq, self.rank), json.dumps(mine, separators=(",", ":")))
+        self.store.set(self._key(self.seq, self.rank), _dumps(mine))
         self._own.append(self.seq)
         return mine
 
@@ -214,24 +227,25 @@ class StrictChecker:
         seq = mine["seq"]
         lines = []
         arrived = []
+        missing = []
         for r in range(self.size):
             desc = self._read(seq, r)
             if desc is not None:
                 arrived.append(r)
                 lines.append(f"  rank {r}: arrived, {desc['text']} at {desc['site']}")
                 continue
+            missing.append(r)
             last = self._read(seq - 1, r) or self._read(seq - 2, r)
             where = (f"its last collective was #{last['seq']}: {last['text']} at {last['site']}" if last
                      else "no earlier collective of it is on record")
             lines.append(f"  rank {r}: MISSING; {where}")
-        missing = [r for r in range(self.size) if r not in arrived]
         if not missing:  # the last rank arrived just after the deadline: no harm done
             return
         message = (f"simgpu: collective #{seq} on {self._label()} ({mine['text']} at {mine['site']}) timed out "
                    f"after {timeout:g}s: rank(s) {missing} did not arrive, rank(s) {arrived} did.\n"
                    + "\n".join(lines))
         tombstone = dict(mine, abandoned=True, text=f"abandoned {mine['text']} after a {timeout:g}s timeout")
-        self.store.set(self._key(seq, self.rank), json.dumps(tombstone, separators=(",", ":")))
+        self.store.set(self._key(seq, self.rank), _dumps(tombstone))
         self._broken = (f"simgpu: {self._label()} is unusable: collective #{seq} timed out earlier on this rank; "
                         f"its ranks are out of step (restart them)")
         raise CollectiveTimeout(message)
