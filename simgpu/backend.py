@@ -154,7 +154,7 @@ def _contiguous(t: Tensor) -> Tensor:
 
 
 def _dt(t: Tensor) -> str:
-    return str(t.dtype).replace("torch.", "")
+    return rules.dtype_name(t.dtype)
 
 
 def _sizes(ts: Sequence[Tensor]) -> str:
@@ -215,6 +215,7 @@ class SimProcessGroup(dist.ProcessGroup):
 
     @property
     def strict(self) -> StrictChecker:
+        """The cross-rank call check of this group (its sequence number, its timeout state)."""
         return self._strict
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
@@ -266,6 +267,17 @@ class SimProcessGroup(dist.ProcessGroup):
         self._local.checked = True
         self._strict.check(Call(op, text, agree or {}, send, recv))
 
+    def _single(self, tensors: Sequence[Tensor], op: str) -> tuple[Tensor, str]:
+        """The one tensor of a single-tensor collective, held to NCCL's layout and dtype rules.
+
+        Returns it with the message context that names it ("rank 0, all_reduce() argument 'tensor'").
+        """
+        t = _one(tensors)
+        ctx = self._ctx(op, "tensor")
+        rules.check_contiguous(t, ctx)
+        rules.check_dtype(t, ctx)
+        return t, ctx
+
     def _root(self, root: int, op: str) -> int:
         if not 0 <= root < self.size():
             raise ValueError(f"ProcessGroupNCCL::{op}: invalid root rank: {root}"
@@ -280,17 +292,14 @@ class SimProcessGroup(dist.ProcessGroup):
     # ------------------------------------------------------------------------- reductions
     @_collective("all_reduce")
     def allreduce(self, tensors: list[Tensor], opts: AllreduceOptions = AllreduceOptions()) -> SimWork:
-        t = _one(tensors)
-        ctx = self._ctx("all_reduce", "tensor")
-        rules.check_contiguous(t, ctx)
-        rules.check_dtype(t, ctx)
+        t, ctx = self._single(tensors, "all_reduce")
         plan = rules.plan_reduction(opts.reduceOp, t.dtype, self.size(), ctx)
         op = rules.op_name(opts.reduceOp)
         self._check("all_reduce", f"all_reduce({rules.describe(t)}, op={op})",
                     {"dtype": _dt(t), "numel": t.numel(), "op": op})
         raw = _raw(t)
         buf, aliased = plan.to_wire(raw, "inplace")
-        work = self._gloo.allreduce([buf], _allreduce_opts(plan))
+        work = self._gloo.allreduce([buf], _opts(AllreduceOptions, reduceOp=plan.gloo_op))
         return SimWork(work, [t], lambda: plan.from_wire(buf, raw, aliased))
 
     @_collective("all_reduce_coalesced")
@@ -312,7 +321,7 @@ class SimProcessGroup(dist.ProcessGroup):
                     {"dtype": _dt(tensors[0]), "numels": [t.numel() for t in tensors], "op": op})
         raws = [_raw(t) for t in tensors]
         buf = torch.cat([plan.to_wire(r, "private")[0] for r in raws])
-        work = self._gloo.allreduce([buf], _allreduce_opts(plan))
+        work = self._gloo.allreduce([buf], _opts(AllreduceOptions, reduceOp=plan.gloo_op))
 
         def finish() -> None:
             for raw, part in zip(raws, buf.split([plan.wire_numel(r.numel()) for r in raws])):
@@ -321,10 +330,7 @@ class SimProcessGroup(dist.ProcessGroup):
 
     @_collective("reduce")
     def reduce(self, tensors: list[Tensor], opts: ReduceOptions = ReduceOptions()) -> SimWork:
-        t = _one(tensors)
-        ctx = self._ctx("reduce", "tensor")
-        rules.check_contiguous(t, ctx)
-        rules.check_dtype(t, ctx)
+        t, ctx = self._single(tensors, "reduce")
         plan = rules.plan_reduction(opts.reduceOp, t.dtype, self.size(), ctx)
         root = self._root(opts.rootRank, "reduce")
         op = rules.op_name(opts.reduceOp)
@@ -334,10 +340,7 @@ class SimProcessGroup(dist.ProcessGroup):
         is_root = self.rank() == root
         # NCCL leaves non-root tensors alone; gloo writes partial results into them: give it a copy.
         buf, aliased = plan.to_wire(raw, "inplace" if is_root else "private")
-        o = ReduceOptions()
-        o.reduceOp = plan.gloo_op
-        o.rootRank = root
-        work = self._gloo.reduce([buf], o)
+        work = self._gloo.reduce([buf], _opts(ReduceOptions, reduceOp=plan.gloo_op, rootRank=root))
         return SimWork(work, [t], (lambda: plan.from_wire(buf, raw, aliased)) if is_root else None)
 
     @_collective("reduce_scatter")
@@ -363,7 +366,7 @@ class SimProcessGroup(dist.ProcessGroup):
             wire = plan.to_wire(x, "readonly")[0]
             stacked[j * width: j * width + wire.numel()].copy_(wire)
         buf = torch.empty(width, dtype=plan.wire_dtype)
-        work = self._gloo._reduce_scatter_base(buf, stacked, _reduce_scatter_opts(plan))
+        work = self._gloo._reduce_scatter_base(buf, stacked, _opts(ReduceScatterOptions, reduceOp=plan.gloo_op))
         raw = _raw(out)
         return SimWork(work, [out], lambda: plan.from_wire(buf[: plan.wire_numel(out.numel())], raw, False))
 
@@ -389,40 +392,31 @@ class SimProcessGroup(dist.ProcessGroup):
         src, _ = plan.to_wire(_raw(input), "readonly", rows=self.size())
         raw = _raw(output)
         buf, aliased = plan.wire_out(raw)
-        work = self._gloo._reduce_scatter_base(buf, src, _reduce_scatter_opts(plan))
+        work = self._gloo._reduce_scatter_base(buf, src, _opts(ReduceScatterOptions, reduceOp=plan.gloo_op))
         return SimWork(work, [output], lambda: plan.from_wire(buf, raw, aliased))
 
     _reduce_scatter_base = reduce_scatter_single
 
     def reduce_scatter_single_coalesced(self, outputs: list[Tensor], inputs: list[Tensor],
                                         opts: ReduceScatterOptions = ReduceScatterOptions()) -> SimWork:
-        works = [self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
-        return SimWork.all_of(works, outputs)
+        return self._pairwise(self.reduce_scatter_single, outputs, inputs, opts)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
     # ------------------------------------------------------------------------- data movement
     @_collective("broadcast")
     def broadcast(self, tensors: list[Tensor], opts: BroadcastOptions = BroadcastOptions()) -> SimWork:
-        t = _one(tensors)
-        ctx = self._ctx("broadcast", "tensor")
-        rules.check_contiguous(t, ctx)
-        rules.check_dtype(t, ctx)
+        t, _ = self._single(tensors, "broadcast")
         root = self._root(opts.rootRank, "broadcast")
         self._check("broadcast", f"broadcast({rules.describe(t)}, src={root})",
                     {"dtype": _dt(t), "numel": t.numel(), "src": root})
-        o = BroadcastOptions()
-        o.rootRank = root
-        return SimWork(self._gloo.broadcast([_raw_bytes(t)], o), [t])
+        return SimWork(self._gloo.broadcast([_raw_bytes(t)], _opts(BroadcastOptions, rootRank=root)), [t])
 
     @_collective("all_gather")
     def allgather(self, output_lists: list[list[Tensor]], inputs: list[Tensor],
                   opts: AllgatherOptions = AllgatherOptions()) -> SimWork:
-        t = _one(inputs)
+        t, _ = self._single(inputs, "all_gather")
         outs = _one(output_lists)
-        ctx = self._ctx("all_gather", "tensor")
-        rules.check_contiguous(t, ctx)
-        rules.check_dtype(t, ctx)
         self._count(outs, "all_gather", "tensor_list")
         if outs[self.rank()].numel() != t.numel():
             raise ValueError("Tensor input and output of _broadcast_oop must have the same number of elements "
@@ -473,8 +467,7 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def all_gather_single_coalesced(self, outputs: list[Tensor], inputs: list[Tensor],
                                     opts: AllgatherOptions = AllgatherOptions()) -> SimWork:
-        works = [self.all_gather_single(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
-        return SimWork.all_of(works, outputs)
+        return self._pairwise(self.all_gather_single, outputs, inputs, opts)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -486,34 +479,27 @@ class SimProcessGroup(dist.ProcessGroup):
     @_collective("gather")
     def gather(self, output_lists: list[list[Tensor]], inputs: list[Tensor],
                opts: GatherOptions = GatherOptions()) -> SimWork:
-        t = _one(inputs)
-        root = self._root(opts.rootRank, "gather")
-        ctx = self._ctx("gather", "tensor")
-        rules.check_contiguous(t, ctx)
-        rules.check_dtype(t, ctx)
-        outs = self._root_list(output_lists, t, root, "gather", "output")
-        self._check("gather", f"gather({rules.describe(t)}, dst={root})",
-                    {"dtype": _dt(t), "numel": t.numel(), "dst": root})
-        o = GatherOptions()
-        o.rootRank = root
-        lists = [[_raw_bytes(x) for x in outs]] if outs else []
-        return SimWork(self._gloo.gather(lists, [_raw_bytes(t)], o), outs)
+        t, root, outs = self._checked_rooted_list("gather", inputs, output_lists, opts.rootRank)
+        work = self._gloo.gather(_byte_lists(outs), [_raw_bytes(t)], _opts(GatherOptions, rootRank=root))
+        return SimWork(work, outs)
 
     @_collective("scatter")
     def scatter(self, outputs: list[Tensor], input_lists: list[list[Tensor]],
                 opts: ScatterOptions = ScatterOptions()) -> SimWork:
-        t = _one(outputs)
-        root = self._root(opts.rootRank, "scatter")
-        ctx = self._ctx("scatter", "tensor")
-        rules.check_contiguous(t, ctx)
-        rules.check_dtype(t, ctx)
-        ins = self._root_list(input_lists, t, root, "scatter", "input")
-        self._check("scatter", f"scatter({rules.describe(t)}, src={root})",
-                    {"dtype": _dt(t), "numel": t.numel(), "src": root})
-        o = ScatterOptions()
-        o.rootRank = root
-        lists = [[_raw_bytes(x) for x in ins]] if ins else []
-        return SimWork(self._gloo.scatter([_raw_bytes(t)], lists, o), [t])
+        t, root, ins = self._checked_rooted_list("scatter", outputs, input_lists, opts.rootRank)
+        work = self._gloo.scatter([_raw_bytes(t)], _byte_lists(ins), _opts(ScatterOptions, rootRank=root))
+        return SimWork(work, [t])
+
+    def _checked_rooted_list(self, op: str, tensors: list[Tensor], lists: list[list[Tensor]],
+                             root: int) -> tuple[Tensor, int, list[Tensor]]:
+        """gather's and scatter's checks, local then strict: (this rank's tensor, root, root's list or [])."""
+        list_kind, root_name = {"gather": ("output", "dst"), "scatter": ("input", "src")}[op]
+        root = self._root(root, op)  # NCCL checks the root first
+        t, _ = self._single(tensors, op)
+        items = self._root_list(lists, t, root, op, list_kind)
+        self._check(op, f"{op}({rules.describe(t)}, {root_name}={root})",
+                    {"dtype": _dt(t), "numel": t.numel(), root_name: root})
+        return t, root, items
 
     def _root_list(self, lists: list[list[Tensor]], t: Tensor, root: int, op: str, kind: str) -> list[Tensor]:
         """The root's list of n tensors, each of t's dtype and shape (NCCL's ValueErrors otherwise)."""
@@ -572,8 +558,8 @@ class SimProcessGroup(dist.ProcessGroup):
             rules.check_dtype(x, self._ctx("all_to_all_single", name))
             if x.dim() == 0:
                 raise ValueError(f"simgpu: {self._ctx('all_to_all_single', name)} must have a dim 0")
-        in_splits = self._splits(input_split_sizes, input, "input", bool(output_split_sizes))
-        out_splits = self._splits(output_split_sizes, output, "output", bool(input_split_sizes))
+        in_splits = self._splits(input_split_sizes, input, "input")
+        out_splits = self._splits(output_split_sizes, output, "output")
         in_row, out_row = _row_numel(input), _row_numel(output)
         send = [s * in_row for s in in_splits]
         recv = [s * out_row for s in out_splits]
@@ -587,7 +573,20 @@ class SimProcessGroup(dist.ProcessGroup):
 
     alltoall_base = all_to_all_single
 
-    def _splits(self, splits: list[int], t: Tensor, name: str, other_given: bool) -> list[int]:
+    def _pairwise(self, single: Callable[..., SimWork], outputs: list[Tensor], inputs: list[Tensor],
+                  opts: Any) -> SimWork:
+        """A *_coalesced call as one single-tensor call per (output, input) pair, in order.
+
+        NCCL runs the pairs as one group; running them one after another gives the same results, and
+        each pair gets its own local and strict checks. Lists of different lengths are refused before
+        anything runs.
+        """
+        if len(outputs) != len(inputs):
+            raise ValueError(f"simgpu: {len(outputs)} output tensors for {len(inputs)} input tensors "
+                             f"(rank {self.rank()}; on NCCL: undefined behaviour)")
+        return SimWork.all_of([single(o, i, opts) for o, i in zip(outputs, inputs)], outputs)
+
+    def _splits(self, splits: list[int], t: Tensor, name: str) -> list[int]:
         """c10d::checkSplitSizes; with no splits at all, n equal parts of dim 0."""
         n = self.size()
         where = rules.note(self._ctx("all_to_all_single", name))
@@ -615,7 +614,11 @@ class SimProcessGroup(dist.ProcessGroup):
         rules.check_dtype(t, self._ctx("recv", "tensor"))
         rules.warn_p2p_layout(t)
         target = _contiguous(t)
-        return SimWork(self._gloo.recv([_raw_bytes(target)], src, tag), [t], lambda: _copy_back([target], [t]))
+
+        def finish() -> None:
+            if target is not t:
+                t.copy_(target)
+        return SimWork(self._gloo.recv([_raw_bytes(target)], src, tag), [t], finish)
 
     def recv_anysource(self, tensors: list[Tensor], tag: int = 0) -> SimWork:
         raise NotImplementedError("ProcessGroupNCCL does not support recvAnysource"
@@ -656,21 +659,16 @@ def _row_numel(t: Tensor) -> int:
     return row
 
 
-def _copy_back(staged: Sequence[Tensor], targets: Sequence[Tensor]) -> None:
-    for s, t in zip(staged, targets):
-        if s is not t:
-            t.copy_(s)
+def _byte_lists(tensors: Sequence[Tensor]) -> list[list[Tensor]]:
+    """gloo's gather/scatter list argument: [byte views] on the root, [] elsewhere."""
+    return [[_raw_bytes(x) for x in tensors]] if tensors else []
 
 
-def _allreduce_opts(plan: rules.ReducePlan) -> AllreduceOptions:
-    o = AllreduceOptions()
-    o.reduceOp = plan.gloo_op
-    return o
-
-
-def _reduce_scatter_opts(plan: rules.ReducePlan) -> ReduceScatterOptions:
-    o = ReduceScatterOptions()
-    o.reduceOp = plan.gloo_op
+def _opts(cls: type, **fields: Any) -> Any:
+    """A fresh c10d options object (AllreduceOptions, ...) with the given fields set."""
+    o = cls()
+    for name, value in fields.items():
+        setattr(o, name, value)
     return o
 
 
