@@ -19,20 +19,22 @@ STRICT_MISMATCH = "simgpu.strict.CollectiveMismatch"
 STRICT_TIMEOUT = "simgpu.strict.CollectiveTimeout"
 
 
-@pytest.fixture(scope="module")
-def pool2():
-    pool = RankPool(2, Binding("sim"), timeout=60.0)
+def _sim_pool(world_size):
+    """A started pool of sim ranks, closed when the module's tests are done."""
+    pool = RankPool(world_size, Binding("sim"), timeout=60.0)
     pool.start()
     yield pool
     pool.close()
+
+
+@pytest.fixture(scope="module")
+def pool2():
+    yield from _sim_pool(2)
 
 
 @pytest.fixture(scope="module")
 def pool3():
-    pool = RankPool(3, Binding("sim"), timeout=60.0)
-    pool.start()
-    yield pool
-    pool.close()
+    yield from _sim_pool(3)
 
 
 def values(outcomes):
