@@ -12,6 +12,7 @@ Outcomes (the capability report's vocabulary):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from conformance.backends import Profile
 from conformance.spec import Case, CollectiveSpec, Reject
@@ -40,11 +41,39 @@ def execute(pool: RankPool, spec: CollectiveSpec, case: Case, profile: Profile |
         return CaseResult("broken", str(exc), case.layout)
     members = [outcomes[r] for r in case.participants]
     errors = [o for o in members if not o.ok]
+    if any(o is not None and not o.ok for o in outcomes) and pool.binding.backend != "sim":
+        ensure_in_step(pool)
     if not errors:
         return _judge_success(spec, case, members, expected, profile)
     if len(errors) < len(members):
         return CaseResult("FAIL", "ranks disagree: " + "; ".join(o.describe() for o in members), case.layout)
     return _judge_errors(errors, expected, profile, case)
+
+
+def in_step_probe(ctx: Any) -> list[int]:
+    """Rank side of ensure_in_step: an all_reduce whose answer every rank knows."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([ctx.rank + 1, 7], dtype=torch.int64, device=ctx.device)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def ensure_in_step(pool: RankPool, timeout: float = 15.0) -> None:
+    """After ranks raised, make sure the process group is still in step, else replace the ranks.
+
+    A backend that enqueues asynchronously (NCCL) can be left holding a collective that some ranks
+    launched and others did not; every later example would pair with the wrong call and fail for no
+    reason of its own. (The sim backend's strict check rules this out, so it is not probed.)
+    """
+    n = pool.world_size
+    try:
+        outcomes = pool.run(in_step_probe, timeout=timeout)
+    except RankPoolError:
+        return  # the pool has already been torn down; the next call starts fresh ranks
+    if any(not o.ok or o.value != [n * (n + 1) // 2, 7 * n] for o in outcomes):
+        pool.close(force=True)
 
 
 def _expectation(spec: CollectiveSpec, case: Case, profile: Profile | None) -> Reject | None:

@@ -178,3 +178,23 @@ def test_start_failure_names_the_backend_and_the_rank(binding: Binding, named: s
 def test_world_size_must_be_positive() -> None:
     with pytest.raises(ValueError, match="world_size"):
         RankPool(0, GLOO)
+
+
+# ----------------------------------------------------------------------------- staying in step
+def test_ensure_in_step_keeps_a_healthy_pool():
+    from conformance.driver import ensure_in_step
+
+    with RankPool(2, Binding("gloo"), timeout=20) as pool:
+        pids = pool.pids()
+        ensure_in_step(pool)
+        assert pool.alive and pool.pids() == pids and pool.starts == 1
+
+
+def test_ensure_in_step_replaces_ranks_that_answer_wrong():
+    """A group whose all_reduce answers wrong (here: the deliberately wrong backend) is not trusted."""
+    from conformance.driver import ensure_in_step
+
+    with RankPool(2, Binding("wrongsum", "tests.wrong_backend"), timeout=20) as pool:
+        pids = pool.pids()
+        ensure_in_step(pool)
+        assert not pool.alive and all_gone(pids)
