@@ -45,6 +45,7 @@ from torch._C._distributed_c10d import (
     ScatterOptions,
 )
 
+from simgpu import faults
 from simgpu import nccl_rules as rules
 from simgpu.strict import Call, StrictChecker
 
@@ -189,6 +190,7 @@ def _collective(op: str) -> Callable:
         def call(self: "SimProcessGroup", *args: Any, **kwargs: Any) -> Any:
             self._local.checked = False
             try:
+                faults.before_collective(self, op, args)  # injected faults (simgpu.faults); a no-op unless armed
                 return method(self, *args, **kwargs)
             except Exception as exc:
                 if not self._local.checked:
@@ -625,6 +627,7 @@ class SimProcessGroup(dist.ProcessGroup):
                                   + rules.note(f"rank {self.rank()}, recv()/irecv() without src"))
 
     # ------------------------------------------------------------------------- sync
+    @_collective("barrier")
     def barrier(self, opts: BarrierOptions = BarrierOptions()) -> SimWork:
         self._check("barrier", "barrier()")
         return SimWork(self._gloo.barrier(opts), [])
