@@ -4,6 +4,8 @@ Runs inside processes forked by the pool's fork server (torch already imported t
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import ctypes
 import faulthandler
 import importlib
@@ -16,6 +18,40 @@ from datetime import timedelta
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
+
+
+def _in_forkserver_preload() -> bool:
+    """True while the fork server imports this module (its preload), in no other process."""
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    frame = sys._getframe(1)
+    while forkserver is not None and frame is not None:
+        if frame.f_code is forkserver.main.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _remove_forkserver_socket(pid: int) -> None:
+    """At the fork server's exit, remove its socket and the controller's pymp-* directory if now empty.
+
+    The fork server exits when the last controller holding its pipe is gone. A controller that
+    exits normally removes that directory itself; one that was SIGKILLed cannot, and the
+    directory (with the listener socket) would stay in /tmp for good.
+    """
+    if os.getpid() != pid:
+        return
+    from multiprocessing import forkserver, util
+
+    address = forkserver._forkserver._forkserver_address
+    if isinstance(address, str) and address and not util.is_abstract_socket_namespace(address):
+        with contextlib.suppress(OSError):
+            os.unlink(address)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(address))  # only if empty: never another user's files
+
+
+if _in_forkserver_preload():
+    atexit.register(_remove_forkserver_socket, os.getpid())
 
 
 def _die_with_parent() -> None:
