@@ -219,8 +219,7 @@ def write_scripts(tmp_path: Path) -> Path:
     return script
 
 
-def pytest_argv(*extra: str) -> list[str]:
-    report_dir = tempfile.mkdtemp(prefix="sgc-report-")
+def pytest_argv(report_dir: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "pytest", "conformance", "--backend=sim", "-p", "no:cacheprovider", "-q",
             f"--report-dir={report_dir}", *extra]
 
@@ -259,8 +258,8 @@ def test_one_rank_sigkilled_during_run(tmp_path, marked):
     assert_nothing_left(m)
 
 
-def test_pytest_ctrl_c(marked):
-    m = marked(pytest_argv("-k", "all_reduce-float32-sum"), new_session=True)
+def test_pytest_ctrl_c(tmp_path, marked):
+    m = marked(pytest_argv(tmp_path, "-k", "all_reduce-float32-sum"), new_session=True)
     m.wait_for_ranks(2)
     os.killpg(m.proc.pid, signal.SIGINT)  # Ctrl-C: the whole foreground process group
     out = m.finish(30)
@@ -290,8 +289,8 @@ def _worker_with_ranks(pytest_pid: int, timeout: float = 60.0) -> int:
     raise AssertionError("no xdist worker started ranks")
 
 
-def test_xdist_worker_sigkilled(marked):
-    m = marked(pytest_argv("-n", "2", "-k", "all_reduce-float32 or all_gather-float32"), new_session=True)
+def test_xdist_worker_sigkilled(tmp_path, marked):
+    m = marked(pytest_argv(tmp_path, "-n", "2", "-k", "all_reduce-float32 or all_gather-float32"), new_session=True)
     worker = _worker_with_ranks(m.proc.pid)
     doomed = [worker, *descendants(worker)]  # the worker, its fork server and its ranks
     os.kill(worker, signal.SIGKILL)
@@ -301,8 +300,8 @@ def test_xdist_worker_sigkilled(marked):
     assert not set(doomed) & set(marked_pids(m.mark))
 
 
-def test_xdist_controller_sigkilled(marked):
-    m = marked(pytest_argv("-n", "2", "-k", "all_reduce"), new_session=True)
+def test_xdist_controller_sigkilled(tmp_path, marked):
+    m = marked(pytest_argv(tmp_path, "-n", "2", "-k", "all_reduce"), new_session=True)
     _worker_with_ranks(m.proc.pid)
     m.proc.send_signal(signal.SIGKILL)
     m.finish(10)
