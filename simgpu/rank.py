@@ -12,6 +12,7 @@ import importlib
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from datetime import timedelta
@@ -126,9 +127,37 @@ def _init(rank: int, world_size: int, binding: Any, conn: Any) -> RankContext:
     return RankContext(rank, world_size, binding.backend, device)
 
 
+class BackgroundThreadError(RuntimeError):
+    """A thread the rank started died with an exception: the call fails even if its function returned."""
+
+
+_thread_errors: list[str] = []
+
+
+def _record_thread_error(args: threading.ExceptHookArgs) -> None:
+    name = args.thread.name if args.thread is not None else "?"
+    text = "".join(traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback))
+    _thread_errors.append(f"thread {name!r}: {text}")
+    _default_excepthook(args)
+
+
+def _raise_thread_errors() -> None:
+    """Fail the call that was running when a background thread died (reported once)."""
+    if _thread_errors:
+        errors = list(_thread_errors)
+        _thread_errors.clear()
+        first = errors[0].strip().splitlines()
+        raise BackgroundThreadError(f"{len(errors)} background thread(s) died; {first[0]} {first[-1]}\n"
+                                    + "\n".join(errors))
+
+
+_default_excepthook = threading.excepthook
+
+
 def rank_main(rank: int, world_size: int, binding: Any, conn: Any, diag: Any) -> None:
     """Entry point of a rank process (target of the pool's Process)."""
     _die_with_parent()
+    threading.excepthook = _record_thread_error
     faulthandler.register(signal.SIGUSR1, file=diag.fileno(), all_threads=True)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
     try:
@@ -148,6 +177,7 @@ def rank_main(rank: int, world_size: int, binding: Any, conn: Any, diag: Any) ->
         start = time.perf_counter()
         try:
             value = fn(ctx, *args)
+            _raise_thread_errors()
             reply = ("ok", value, time.perf_counter() - start)
             conn.send(reply)
         except BaseException as exc:  # noqa: BLE001 - every rank's exception goes back to the controller

@@ -83,3 +83,26 @@ def spawn_sleeper(ctx: Any) -> int:
     proc = subprocess.Popen(["sleep", "300"])
     ctx.scratch.setdefault("sleepers", []).append(proc)
     return proc.pid
+
+
+def skip_on(ctx: Any, ranks: list[int]) -> str:
+    """pytest.skip on the listed ranks, pass elsewhere (skip unanimity)."""
+    import pytest
+
+    if ctx.rank in ranks:
+        pytest.skip(f"rank {ctx.rank} has no GPU of the right kind")
+    return "ran"
+
+
+def leak_thread_exception(ctx: Any, bad_rank: int) -> str:
+    """Return normally, but let a background thread on bad_rank die with an exception."""
+    import threading
+
+    def boom() -> None:
+        raise ValueError(f"background failure on rank {ctx.rank}")
+
+    if ctx.rank == bad_rank:
+        t = threading.Thread(target=boom, name="leaky-worker")
+        t.start()
+        t.join()
+    return "returned"
