@@ -80,7 +80,15 @@ def get_timeout() -> float:
     if _timeout_override is not None:
         return _timeout_override
     value = os.environ.get("SIMGPU_STRICT_TIMEOUT")
-    return float(value) if value else DEFAULT_TIMEOUT
+    if not value:
+        return DEFAULT_TIMEOUT
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"SIMGPU_STRICT_TIMEOUT must be a number of seconds, got {value!r}") from None
+    if seconds <= 0:
+        raise ValueError(f"SIMGPU_STRICT_TIMEOUT must be > 0 seconds, got {value!r}")
+    return seconds
 
 
 def enabled() -> bool:

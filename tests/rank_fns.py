@@ -106,3 +106,20 @@ def leak_thread_exception(ctx: Any, bad_rank: int) -> str:
         t.start()
         t.join()
     return "returned"
+
+
+def all_reduce_unless_busy(ctx: Any, busy_rank: int, seconds: float) -> list[float]:
+    """Every rank but busy_rank all_reduces; busy_rank is somewhere else for `seconds`."""
+    import torch
+    import torch.distributed as dist
+
+    if ctx.rank == busy_rank:
+        busy_elsewhere(seconds)
+        return []
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def busy_elsewhere(seconds: float) -> None:
+    time.sleep(seconds)
