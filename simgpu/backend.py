@@ -554,7 +554,6 @@ class SimProcessGroup(dist.ProcessGroup):
     def all_to_all_single(self, output: Tensor, input: Tensor,  # noqa: A002 - torch's name
                           output_split_sizes: list[int], input_split_sizes: list[int],
                           opts: AllToAllOptions = AllToAllOptions()) -> SimWork:
-        ctx = self._ctx("all_to_all_single", "input")
         for name, x in (("output", output), ("input", input)):
             rules.check_contiguous(x, self._ctx("all_to_all_single", name))
             rules.check_dtype(x, self._ctx("all_to_all_single", name))
