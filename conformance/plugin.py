@@ -165,6 +165,14 @@ class _XdistReportMerger:
             self.state.report.merge_records(json.loads(records))
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Keep the report files current, so a run cut off by a time limit still leaves its matrix."""
+    state = item.config.stash.get(_SESSION, None)
+    if state is not None and item.get_closest_marker("conformance") and not hasattr(item.config, "workeroutput"):
+        state.report.write(Path(item.config.getoption("--report-dir")))
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     state = config.stash.get(_SESSION, None)
     if state is None or not state.report.counts or hasattr(config, "workeroutput"):
