@@ -53,10 +53,12 @@ FINDINGS = [
         summary="gloo accepts non-contiguous strided views (x[..., ::2]) and reads/writes the wrong elements",
         evidence="conformance run, torch 2.13.0+cpu: all_reduce int8 SUM on a strided view of [0,0] and [1,1] "
                  "gave [1,0] instead of [1,1]; broadcast and reduce likewise. Transposed views (dense storage) "
-                 "come out right. NCCL rejects both with ValueError 'Tensors must be contiguous'.",
+                 "come out right. NCCL rejects both with ValueError 'Tensors must be contiguous'. "
+                 "Same on torch 2.11.0 (tox env torch211: broadcast float32 on a strided view, "
+                 "conformance/results/tox-matrix.md).",
         detail_pattern=r"^wrong result",
         layout="strided",
-        torch_min="2.13",
+        torch_min="2.11",
     ),
     Finding(
         id="gloo-transposed-reduce-scatter",

@@ -154,10 +154,12 @@ def _check_float_bound(actual: np.ndarray, inputs: list[np.ndarray], op: str, dt
         # inputs with inf/nan: the result is the IEEE special value (NaN for nan or inf-inf)
         good |= special & ((actual == exact) | (np.isnan(actual) & np.isnan(exact)))
         # results that may overflow the dtype on the way: infinity is a legitimate answer
-        may_overflow = ~special & (magnitude * (1 + 2 * n * u) >= dtype.max_finite)
-        good |= may_overflow & ~np.isfinite(actual)
+        may_overflow = magnitude * (1 + 2 * n * u) >= dtype.max_finite
+        good |= ~special & may_overflow & ~np.isfinite(actual)
+        # with an infinite input, the finite part may overflow to the opposite infinity first: NaN
+        good |= special & may_overflow & np.isnan(actual)
         if not dtype.has_inf:  # no infinity to overflow to: saturation at the largest finite value
-            good |= may_overflow & (np.abs(actual) == dtype.max_finite)
+            good |= ~special & may_overflow & (np.abs(actual) == dtype.max_finite)
     if good.all():
         return OK
     return Verdict(False, _first_difference(actual, exact, mask=~good, bound=bound))

@@ -210,6 +210,11 @@ class SimProcessGroup(dist.ProcessGroup):
         self._strict = StrictChecker(store, rank, size, label=self._label)
         self._local = threading.local()  # .checked: the current call has passed the strict check
 
+    def _get_backend(self, device: Any) -> Any:
+        """torch >= 2.15's batch_isend_irecv asks every ProcessGroup instance (2.13: only an exact
+        ProcessGroup) for its backend's supports_coalescing; gloo's says False, so the ops run one by one."""
+        return self._gloo
+
     @property
     def gloo(self) -> dist.ProcessGroupGloo:
         """The gloo group underneath (no NCCL rules, no strict checks)."""

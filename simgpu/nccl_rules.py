@@ -155,7 +155,10 @@ def op_name(op: Any) -> str:
 
 def premul_factor(op: Any) -> Union[float, torch.Tensor]:
     """The factor of a PREMUL_SUM made by dist._make_nccl_premul_sum (ReduceOp.factor)."""
-    return op.factor
+    factor = getattr(op, "factor", None)
+    if factor is None:  # torch < 2.13 has no ReduceOp.factor; its pickle state is (RedOpType, factor)
+        factor = op.__getstate__()[1]
+    return factor
 
 
 def check_reduce_op(op: Any, dtype: torch.dtype, context: str = "") -> None:

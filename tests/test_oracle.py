@@ -366,3 +366,15 @@ def test_exact_copy_complex_and_ints() -> None:
     assert not check_exact_copy(np.array([complex(0.0, 0.0), 1 + 1j], np.complex64), want).ok
     assert not check_exact_copy(np.array([5, 6], np.int8), np.array([5, 7], np.int8)).ok
     assert check_exact_copy(np.array([5, -6], np.int8), np.array([5, -6], np.int8)).ok
+
+
+def test_finite_part_overflowing_against_an_infinite_input_may_give_nan() -> None:
+    """f16 PREMUL_SUM x3 of 16376, 16376 and -inf: the finite part overflows to +inf first, +inf-inf = NaN
+    (seen on the sim in the torch 2.11 tox env); an ordinary finite result there is still wrong."""
+    inputs = [np.array([16376.0], np.float16), np.array([16376.0], np.float16), np.array([-np.inf], np.float16)]
+    f16 = DTYPES["float16"]
+    assert check_reduction(np.array([np.nan], np.float16), inputs, "premul_sum", f16, "nccl", 3.0).ok
+    assert check_reduction(np.array([-np.inf], np.float16), inputs, "premul_sum", f16, "nccl", 3.0).ok
+    assert not check_reduction(np.array([1.0], np.float16), inputs, "premul_sum", f16, "nccl", 3.0).ok
+    small = [np.array([1.0], np.float16), np.array([-np.inf], np.float16)]
+    assert not check_reduction(np.array([np.nan], np.float16), small, "sum", f16, "nccl").ok
