@@ -12,6 +12,7 @@ import pytest
 
 from simgpu import faults
 from simgpu.pool import Binding, RankPool, RankPoolError
+from tests.processes import all_gone, running
 
 MISMATCH = "simgpu.strict.CollectiveMismatch"
 SEEN_PIDS: set[int] = set()
@@ -259,21 +260,5 @@ def test_no_rank_process_is_left(pool):
     SEEN_PIDS.update(pool.pids())
     pool.close()
     assert SEEN_PIDS
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(_running(p) for p in SEEN_PIDS):
-        time.sleep(0.05)
-    assert not [p for p in SEEN_PIDS if _running(p)]
+    assert all_gone(sorted(SEEN_PIDS), within=5.0), [p for p in SEEN_PIDS if running(p)]
 
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")

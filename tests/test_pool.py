@@ -8,38 +8,14 @@ from __future__ import annotations
 import os
 import re
 import time
-from pathlib import Path
 
 import pytest
 
 from simgpu.pool import Binding, RankPool, RankPoolError
 from tests import rank_fns
+from tests.processes import all_gone, running
 
 GLOO = Binding("gloo", init_timeout=30.0)
-
-
-def running(pid: int) -> bool:
-    """True while `pid` is a live process (a zombie or a vanished pid counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
-def all_gone(pids: list[int], within: float = 3.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if not any(running(p) for p in pids):
-            return True
-        time.sleep(0.05)
-    return not any(running(p) for p in pids)
 
 
 @pytest.fixture
