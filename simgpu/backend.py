@@ -373,9 +373,13 @@ class SimProcessGroup(dist.ProcessGroup):
             wire = plan.to_wire(x, "readonly")[0]
             stacked[j * width: j * width + wire.numel()].copy_(wire)
         buf = torch.empty(width, dtype=plan.wire_dtype)
-        work = self._gloo._reduce_scatter_base(buf, stacked, _opts(ReduceScatterOptions, reduceOp=plan.gloo_op))
+        work, gather = self._gloo_reduce_scatter(buf, stacked, plan.gloo_op)
         raw = _raw(out)
-        return SimWork(work, [out], lambda: plan.from_wire(buf[: plan.wire_numel(out.numel())], raw, False))
+
+        def finish() -> None:
+            gather()
+            plan.from_wire(buf[: plan.wire_numel(out.numel())], raw, False)
+        return SimWork(work, [out], finish)
 
     @_collective("reduce_scatter_tensor")
     def reduce_scatter_single(self, output: Tensor, input: Tensor,  # noqa: A002 - torch's name
@@ -399,8 +403,41 @@ class SimProcessGroup(dist.ProcessGroup):
         src, _ = plan.to_wire(_raw(input), "readonly", rows=self.size())
         raw = _raw(output)
         buf, aliased = plan.wire_out(raw)
-        work = self._gloo._reduce_scatter_base(buf, src, _opts(ReduceScatterOptions, reduceOp=plan.gloo_op))
-        return SimWork(work, [output], lambda: plan.from_wire(buf, raw, aliased))
+        work, gather = self._gloo_reduce_scatter(buf, src, plan.gloo_op)
+
+        def finish() -> None:
+            gather()
+            plan.from_wire(buf, raw, aliased)
+        return SimWork(work, [output], finish)
+
+    def _gloo_reduce_scatter(self, out: Tensor, inp: Tensor, gloo_op: Any) -> tuple[dist.Work, Callable[[], None]]:
+        """gloo's _reduce_scatter_base of `inp` (n equal slices) into `out`, with the reduce op honoured.
+
+        Returns the work and a step to run after it. gloo in torch 2.6.0 sums whatever the op (MIN of
+        [0,1] and [1,2] on 2 ranks gave [1] and [3]); torch 2.9.1 and later honour it. Where the probe
+        below finds the op ignored, a non-SUM op runs as an allreduce of the whole input and this rank
+        keeps its slice; elsewhere the gloo call is the same as before.
+        """
+        if gloo_op == rules.RedOpType.SUM or self.size() == 1 or self._gloo_reduce_scatter_honours_op():
+            return self._gloo._reduce_scatter_base(out, inp, _opts(ReduceScatterOptions, reduceOp=gloo_op)), _nothing
+        full = inp.clone()
+        n, r = out.numel(), self.rank()
+        work = self._gloo.allreduce([full], _opts(AllreduceOptions, reduceOp=gloo_op))
+        return work, lambda: out.copy_(full[r * n:(r + 1) * n])
+
+    def _gloo_reduce_scatter_honours_op(self) -> bool:
+        """Whether gloo's _reduce_scatter_base applies MIN (feature probe, once per group).
+
+        Run on every rank of the group at its first non-SUM reduce_scatter (the strict check has made
+        them all reach the same call), so the probe itself is a matching collective.
+        """
+        honours = getattr(self, "_reduce_scatter_op_ok", None)
+        if honours is None:
+            probe = torch.full((self.size(),), float(self.rank() != 0))
+            got = torch.empty(1)
+            self._gloo._reduce_scatter_base(got, probe, _opts(ReduceScatterOptions, reduceOp=rules.RedOpType.MIN)).wait()
+            honours = self._reduce_scatter_op_ok = bool(got.item() == 0.0)
+        return honours
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -650,6 +687,10 @@ class SimProcessGroup(dist.ProcessGroup):
 
 
 # ----------------------------------------------------------------------------- helpers
+def _nothing() -> None:
+    pass
+
+
 def _one(items: Sequence[Any]) -> Any:
     if len(items) != 1:
         raise RuntimeError(rules.MULTI_DEVICE_MESSAGE)
