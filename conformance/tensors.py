@@ -23,11 +23,24 @@ def make(array: np.ndarray, dtype_name: str, layout: str, device: Any = "cpu"): 
         return base.transpose(-1, -2)
     if layout == "strided":
         shape = array.shape if array.ndim else (1,)
-        wide = torch.zeros(*shape[:-1], 2 * shape[-1], dtype=dtype.torch_dtype(), device=device)
+        wide = _zeros((*shape[:-1], 2 * shape[-1]), dtype.torch_dtype(), device)
         view = wide[..., ::2]
         view.copy_(to_torch(array.reshape(shape), dtype).to(device))
         return view if array.ndim else view.reshape(())
     return to_torch(array, dtype).to(device)
+
+
+def _zeros(shape: tuple[int, ...], torch_dtype: Any, device: Any):  # noqa: ANN202
+    """torch.zeros; where torch cannot fill this dtype (torch 2.4.1: RuntimeError '"fill_cpu" not
+    implemented for 'Float8_e4m3fn''), zero bytes seen as the dtype (one-byte dtypes, i.e. fp8)."""
+    import torch
+
+    try:
+        return torch.zeros(*shape, dtype=torch_dtype, device=device)
+    except RuntimeError:
+        if torch.empty((), dtype=torch_dtype).element_size() != 1:
+            raise
+        return torch.zeros(*shape, dtype=torch.uint8, device=device).view(torch_dtype)
 
 
 def empty(shape: tuple[int, ...], dtype_name: str, layout: str, device: Any = "cpu", fill: int = 0):  # noqa: ANN201
