@@ -32,11 +32,11 @@ def _passes_real_view(collective: str) -> bool:
     since = RAW_COMPLEX_BEFORE.get(collective)
     if since is None:
         return True
-    import re
-
     import torch
 
-    return tuple(int(p) for p in re.findall(r"\d+", torch.__version__.split("+")[0])[:2]) >= since
+    from conformance.version_guard import release
+
+    return release(torch.__version__)[:2] >= since
 
 
 COMPLEX_OPS = frozenset({"sum", "avg", "premul_sum"})  # torch's supports_complex(): the rest raise ValueError

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from conformance.version_guard import release
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -37,13 +39,9 @@ class Finding:
                 and re.search(self.detail_pattern, detail, re.S) is not None)
 
 
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", text.split("+")[0])[:3])
-
-
 def _in_range(version: str, low: str, high: str | None) -> bool:
-    v = _version(version)
-    return v >= _version(low) and (high is None or v < _version(high))
+    v = release(version)
+    return v >= release(low) and (high is None or v < release(high))
 
 
 FINDINGS = [
