@@ -25,7 +25,9 @@ async_op=True keeps working; results are only defined after wait(), as on NCCL.
 """
 from __future__ import annotations
 
+import atexit
 import functools
+import gc
 import threading
 from datetime import timedelta
 from typing import Any, Callable, Sequence
@@ -47,6 +49,7 @@ from torch._C._distributed_c10d import (
 
 from simgpu import faults
 from simgpu import nccl_rules as rules
+from simgpu.cuda_sim.tensors import suspended
 from simgpu.strict import Call, StrictChecker
 
 BACKEND_NAME = "sim"
@@ -191,7 +194,8 @@ def _collective(op: str) -> Callable:
             self._local.checked = False
             try:
                 faults.before_collective(self, op, args)  # injected faults (simgpu.faults); a no-op unless armed
-                return method(self, *args, **kwargs)
+                with suspended():  # the simulator's own tensors are plumbing, not simulated-GPU code
+                    return method(self, *args, **kwargs)
             except Exception as exc:
                 if not self._local.checked:
                     self._strict.reject(Call(op, f"{op}({_summarize(args)})"), exc)
@@ -734,7 +738,15 @@ def create_sim_process_group(store: dist.Store, rank: int, size: int, timeout: t
 
 
 def register() -> None:
-    """Register "sim" with torch.distributed (idempotent; done on import)."""
+    """Register "sim" with torch.distributed (idempotent; done on import).
+
+    Also collects garbage at exit: DDP and a SimProcessGroup can sit in a reference cycle, and
+    destroying them during interpreter finalization aborts the process ("terminate called
+    without an active exception") about one run in five.
+    """
+    if not getattr(register, "collects_at_exit", False):
+        atexit.register(gc.collect)
+        register.collects_at_exit = True  # type: ignore[attr-defined]
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND_NAME, create_sim_process_group, devices=["cpu"])
 

@@ -1,0 +1,36 @@
+"""N simulated CUDA GPUs in a CPU process: what `simgpu run --gpus N` installs.
+
+`activate(n)` makes torch.cuda report n devices and tensors live on them (devices.py, tensors.py),
+gives torch.cuda / torch.accelerator their simulated functions (api.py), torch.cuda.comm and
+torch.cuda.nccl their CPU primitives (comm.py), and maps the "nccl" backend of torch.distributed
+to the strict simulator (distributed.py). Child processes inherit the simulation through the
+environment (SIMGPU_GPUS) and simgpu's sitecustomize (see simgpu/launcher.py).
+"""
+from __future__ import annotations
+
+import os
+
+from simgpu.cuda_sim.devices import GPUS_ENV, SimulationError
+
+__all__ = ["activate", "active", "SimulationError"]
+_active = False
+
+
+def active() -> bool:
+    return _active
+
+
+def activate(gpus: int | None = None) -> None:
+    """Simulate `gpus` GPUs (default: $SIMGPU_GPUS) in this process and in the processes it starts."""
+    global _active
+    if gpus is not None:
+        os.environ[GPUS_ENV] = str(gpus)
+    if _active:
+        return
+    from simgpu.cuda_sim import api, comm, distributed, tensors
+
+    api.install()
+    comm.install()
+    distributed.install()
+    tensors.install()
+    _active = True

@@ -1,0 +1,400 @@
+"""torch.cuda (and torch.accelerator) as a program sees them on N simulated GPUs.
+
+Device queries, the per-thread current device and its context managers, streams and events (a
+CPU executes in order, so synchronisation is immediate and an event's time is when it was
+recorded), per-device random generators, and memory statistics counted from the storages that
+live on each simulated device. What has no CPU meaning (CUDA graphs, custom kernels, IPC)
+raises SimulationError with one line naming it.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+
+from simgpu.cuda_sim import devices
+from simgpu.cuda_sim.devices import SimulationError
+
+CAPABILITY = (9, 0)
+CUDA_DEFAULT_SEED = 67280421310721  # what every CUDA generator starts from, as in torch
+
+
+def _index(device: Any = None, optional: bool = True) -> int:
+    """A torch.cuda-style device argument (None, int, str, torch.device) as a logical index."""
+    if device is None:
+        return devices.current()
+    if isinstance(device, torch.device) and device.type == "cuda" and device.index is None:
+        return devices.current()
+    index = devices.resolve(device)
+    if index is None:
+        raise ValueError(f"Expected a cuda device, but got: {device}")
+    return index
+
+
+def is_available() -> bool:
+    return devices.count() > 0
+
+
+def device_count() -> int:
+    return devices.count()
+
+
+def current_device() -> int:
+    return devices.current()
+
+
+def set_device(device: Any) -> None:
+    index = devices.resolve(device) if device is not None else None
+    if isinstance(device, int) and device < 0:  # torch.cuda.set_device(-1) is a no-op
+        return
+    if index is None:
+        raise ValueError(f"Expected a cuda device, but got: {device}")
+    devices.set_current(index)
+
+
+class device:
+    """`with torch.cuda.device(i):` makes i the current device of this thread, then restores it."""
+
+    def __init__(self, device: Any):
+        self.idx = -1 if device is None else _index(device)
+        self.prev_idx = -1
+
+    def __enter__(self) -> None:
+        if self.idx >= 0:
+            self.prev_idx = devices.current()
+            devices.set_current(self.idx)
+
+    def __exit__(self, *exc: Any) -> bool:
+        if self.idx >= 0:
+            devices.set_current(self.prev_idx)
+        return False
+
+
+class device_of(device):
+    """`with torch.cuda.device_of(tensor):` the tensor's device, or nothing for host tensors."""
+
+    def __init__(self, obj: torch.Tensor):
+        super().__init__(obj.get_device() if obj.is_cuda else None)
+
+
+@dataclass(frozen=True)
+class DeviceProperties:
+    name: str
+    major: int
+    minor: int
+    total_memory: int
+    multi_processor_count: int
+    uuid: str
+    pci_bus_id: int
+    is_integrated: bool = False
+    is_multi_gpu_board: bool = False
+    L2_cache_size: int = 60 * 2**20
+    warp_size: int = 32
+
+
+def get_device_properties(device: Any = None) -> DeviceProperties:
+    index = _index(device)
+    table = devices.table()
+    physical = table.visible[index]
+    return DeviceProperties(name=get_device_name(index), major=CAPABILITY[0], minor=CAPABILITY[1],
+                            total_memory=table.total_memory, multi_processor_count=132,
+                            uuid=devices.uuid_of(physical), pci_bus_id=physical)
+
+
+def get_device_name(device: Any = None) -> str:
+    physical = devices.table().visible[_index(device)]
+    return f"simgpu simulated GPU {physical}"
+
+
+def get_device_capability(device: Any = None) -> tuple[int, int]:
+    _index(device)
+    return CAPABILITY
+
+
+def synchronize(device: Any = None) -> None:
+    _index(device)  # validates; host execution is already complete
+
+
+class Event:
+    """A CUDA event on a CPU: recording happens in order, so it is complete when recorded."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
+                 **_: Any):
+        if interprocess:
+            raise SimulationError("simgpu: interprocess CUDA events (IPC) are not simulated")
+        self.enable_timing = enable_timing
+        self.recorded_at: float | None = None
+
+    def record(self, stream: Any = None) -> None:
+        self.recorded_at = time.perf_counter()
+
+    def wait(self, stream: Any = None) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, end_event: "Event") -> float:
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        if self.recorded_at is None or end_event.recorded_at is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return (end_event.recorded_at - self.recorded_at) * 1000.0
+
+
+class Stream(torch.Stream):
+    """A stream of a simulated GPU. Work on a CPU runs in issue order, so waits are immediate;
+    `with stream:` still makes the stream's device current, as on CUDA."""
+
+    def __new__(cls, device: Any = None, priority: int = 0, **_: Any) -> "Stream":
+        return super().__new__(cls, device=torch.device("cpu"))
+
+    def __init__(self, device: Any = None, priority: int = 0, **_: Any):
+        self.index = _index(device)
+        self.priority = priority
+        self._previous: list[tuple[int, Stream]] = []
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return torch.device("cuda", self.index)
+
+    @property
+    def device_index(self) -> int:  # type: ignore[override]
+        return self.index
+
+    @property
+    def device_type(self) -> int:  # type: ignore[override]
+        return 1  # DeviceType::CUDA
+
+    def wait_stream(self, stream: Any) -> None:
+        pass
+
+    def wait_event(self, event: Any) -> None:
+        pass
+
+    def record_event(self, event: Event | None = None) -> Event:
+        event = event or Event()
+        event.record(self)
+        return event
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def __enter__(self) -> "Stream":
+        self._previous.append((devices.current(), _current_streams.get(self.index)))
+        devices.set_current(self.index)
+        _current_streams[self.index] = self
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        previous_device, previous_stream = self._previous.pop()
+        _current_streams[self.index] = previous_stream
+        devices.set_current(previous_device)
+
+    def __eq__(self, other: Any) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __repr__(self) -> str:
+        return f"<simgpu Stream device=cuda:{self.index} {id(self):#x}>"
+
+
+_default_streams: dict[int, Stream] = {}
+_current_streams: dict[int, Stream | None] = {}
+
+
+def default_stream(device: Any = None) -> Stream:
+    index = _index(device)
+    if index not in _default_streams:
+        _default_streams[index] = Stream(index)
+    return _default_streams[index]
+
+
+def current_stream(device: Any = None) -> Stream:
+    index = _index(device)
+    return _current_streams.get(index) or default_stream(index)
+
+
+def set_stream(stream: Stream) -> None:
+    if stream is not None:
+        _current_streams[stream.index] = stream
+
+
+@contextlib.contextmanager
+def stream(s: Stream | None) -> Iterator[None]:
+    if s is None:
+        yield
+        return
+    with s:
+        yield
+
+
+# ---- random numbers: one generator per simulated device, seeded as CUDA's are ----
+_generators: dict[int, torch.Generator] = {}
+
+
+def generator(index: int) -> torch.Generator:
+    if index not in _generators:
+        _generators[index] = torch.Generator().manual_seed(CUDA_DEFAULT_SEED)
+    return _generators[index]
+
+
+def manual_seed(seed: int) -> None:
+    generator(devices.current()).manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    for index in range(devices.count()):
+        generator(index).manual_seed(int(seed))
+
+
+def seed() -> None:
+    generator(devices.current()).seed()
+
+
+def seed_all() -> None:
+    for index in range(devices.count()):
+        generator(index).seed()
+
+
+def initial_seed() -> int:
+    return generator(devices.current()).initial_seed()
+
+
+def get_rng_state(device: Any = "cuda") -> torch.Tensor:
+    return generator(_index(device)).get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: Any = "cuda") -> None:
+    generator(_index(device)).set_state(new_state)
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [generator(i).get_state() for i in range(devices.count())]
+
+
+def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
+    for index, state in enumerate(new_states):
+        generator(index).set_state(state)
+
+
+# ---- memory, counted from the storages living on each simulated device ----
+def memory_allocated(device: Any = None) -> int:
+    return devices.memory_allocated(_index(device))
+
+
+def max_memory_allocated(device: Any = None) -> int:
+    return devices.max_memory_allocated(_index(device))
+
+
+def reset_peak_memory_stats(device: Any = None) -> None:
+    devices.reset_peak(_index(device))
+
+
+def mem_get_info(device: Any = None) -> tuple[int, int]:
+    total = devices.table().total_memory
+    return total - memory_allocated(device), total
+
+
+def empty_cache() -> None:
+    pass
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def init() -> None:
+    devices.table()
+
+
+def _lazy_init() -> None:
+    devices.table()
+
+
+def _unsupported(what: str) -> Any:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise SimulationError(f"simgpu: {what} cannot run on simulated GPUs")
+
+    return refuse
+
+
+TORCH_CUDA = {
+    "is_available": is_available, "device_count": device_count, "current_device": current_device,
+    "set_device": set_device, "device": device, "device_of": device_of,
+    "get_device_properties": get_device_properties, "get_device_name": get_device_name,
+    "get_device_capability": get_device_capability, "synchronize": synchronize,
+    "Event": Event, "Stream": Stream, "default_stream": default_stream, "current_stream": current_stream,
+    "set_stream": set_stream, "stream": stream, "manual_seed": manual_seed,
+    "manual_seed_all": manual_seed_all, "seed": seed, "seed_all": seed_all, "initial_seed": initial_seed,
+    "get_rng_state": get_rng_state, "set_rng_state": set_rng_state, "get_rng_state_all": get_rng_state_all,
+    "set_rng_state_all": set_rng_state_all, "memory_allocated": memory_allocated,
+    "max_memory_allocated": max_memory_allocated, "reset_peak_memory_stats": reset_peak_memory_stats,
+    "memory_reserved": memory_allocated, "max_memory_reserved": max_memory_allocated,
+    "mem_get_info": mem_get_info, "empty_cache": empty_cache, "is_initialized": is_initialized, "init": init,
+    "_lazy_init": _lazy_init,
+    "CUDAGraph": _unsupported("CUDA graphs (torch.cuda.CUDAGraph)"),
+    "graph": _unsupported("CUDA graph capture (torch.cuda.graph)"),
+    "make_graphed_callables": _unsupported("CUDA graphs (torch.cuda.make_graphed_callables)"),
+}
+
+
+def _accelerator() -> torch.device:
+    return torch.device("cuda")
+
+
+TORCH_ACCELERATOR = {
+    "is_available": is_available, "device_count": device_count, "current_accelerator": _accelerator,
+    "current_device_index": current_device, "current_device_idx": current_device,
+    "set_device_index": set_device, "set_device_idx": set_device, "device_index": device,
+    "current_stream": current_stream, "set_stream": set_stream, "synchronize": synchronize,
+    "memory_allocated": memory_allocated, "max_memory_allocated": max_memory_allocated,
+    "reset_peak_memory_stats": reset_peak_memory_stats, "empty_cache": empty_cache,
+}
+
+
+class _DeviceMeta(type):
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, _TorchDevice)
+
+
+_TorchDevice = torch.device
+
+
+class device_constructor(metaclass=_DeviceMeta):
+    """torch.device as CUDA builds construct it: a bare index means that CUDA device.
+
+    Returns real torch.device objects; isinstance(x, torch.device) keeps working.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> torch.device:  # type: ignore[misc]
+        if len(args) == 1 and not kwargs and isinstance(args[0], int) and not isinstance(args[0], bool):
+            return _TorchDevice("cuda", args[0])
+        return _TorchDevice(*args, **kwargs)
+
+
+def install() -> None:
+    """Replace torch.cuda's and torch.accelerator's functions with the simulated ones."""
+    import torch.cuda
+
+    for name, value in TORCH_CUDA.items():
+        setattr(torch.cuda, name, value)
+    torch.cuda._initialized = True
+    if hasattr(torch, "accelerator"):
+        for name, value in TORCH_ACCELERATOR.items():
+            if hasattr(torch.accelerator, name):
+                setattr(torch.accelerator, name, value)
+    torch.device = device_constructor  # type: ignore[misc]
+    torch.Stream = Stream  # torch.Stream(i) is how parallel code asks for a stream on device i
+    torch.Event = Event

@@ -1,0 +1,194 @@
+"""Simulated CUDA devices: how many there are, which one is current, and which tensor lives where.
+
+A tensor on a simulated GPU is an ordinary CPU tensor whose storage carries a device label
+(`_simgpu_device`, the logical index). Labelling the storage rather than the Python object is
+what makes views, `.data`, `detach()` and `nn.Parameter` share their base's device, as on CUDA.
+torch keeps one Python object per storage, so the label lives as long as the storage does.
+
+The set of devices is fixed at first use, the way CUDA reads CUDA_VISIBLE_DEVICES once at
+initialisation: `SIMGPU_GPUS` physical devices, filtered and reordered by CUDA_VISIBLE_DEVICES.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+LABEL = "_simgpu_device"
+GPUS_ENV = "SIMGPU_GPUS"
+MEMORY_ENV = "SIMGPU_GPU_MEMORY_GB"
+DEFAULT_MEMORY_GB = 141  # an H200's HBM, reported by get_device_properties
+
+
+class SimulationError(RuntimeError):
+    """Something a CUDA program does that the simulator cannot do on CPU: one line says what."""
+
+
+@dataclass
+class DeviceTable:
+    """The process's view of the simulated machine."""
+
+    physical: int
+    visible: list[int]  # logical index -> physical index
+    total_memory: int
+    allocated: list[int] = field(default_factory=list)
+    peak: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.allocated = [0] * len(self.visible)
+        self.peak = [0] * len(self.visible)
+
+    @property
+    def count(self) -> int:
+        return len(self.visible)
+
+
+def parse_visible(spec: str | None, physical: int) -> list[int]:
+    """CUDA_VISIBLE_DEVICES as CUDA reads it: indices in the given order, stopping at the first
+    entry that is not a valid, unused index (an empty string hides every device)."""
+    if spec is None:
+        return list(range(physical))
+    visible: list[int] = []
+    for entry in spec.split(","):
+        entry = entry.strip()
+        if entry.startswith("GPU-"):
+            index = _index_of_uuid(entry, physical)
+        else:
+            try:
+                index = int(entry)
+            except ValueError:
+                break
+        if index is None or not 0 <= index < physical or index in visible:
+            break
+        visible.append(index)
+    return visible
+
+
+def uuid_of(physical_index: int) -> str:
+    """A stable fake UUID per physical simulated GPU, so CUDA_VISIBLE_DEVICES=GPU-... works."""
+    return f"GPU-5133c0de-0000-4000-8000-{physical_index:012d}"
+
+
+def _index_of_uuid(entry: str, physical: int) -> int | None:
+    matches = [i for i in range(physical) if uuid_of(i).startswith(entry)]
+    return matches[0] if len(matches) == 1 else None
+
+
+_table: DeviceTable | None = None
+_table_lock = threading.Lock()
+_current = threading.local()
+
+
+def table() -> DeviceTable:
+    """The device table, built on first use from the environment."""
+    global _table
+    if _table is None:
+        with _table_lock:
+            if _table is None:
+                physical = int(os.environ.get(GPUS_ENV, "0") or 0)
+                memory = int(float(os.environ.get(MEMORY_ENV, DEFAULT_MEMORY_GB)) * 2**30)
+                _table = DeviceTable(physical, parse_visible(os.environ.get("CUDA_VISIBLE_DEVICES"), physical),
+                                     memory)
+    return _table
+
+
+def reset_table() -> None:
+    """Forget the table (tests, and a process that changes SIMGPU_GPUS before first use)."""
+    global _table
+    _table = None
+    _current.__dict__.clear()
+
+
+def count() -> int:
+    return table().count
+
+
+def check_index(index: int) -> int:
+    """A logical device index that exists, or the error CUDA gives, with the simulator's numbers."""
+    n = count()
+    if not isinstance(index, int) or not 0 <= index < n:
+        raise RuntimeError(f"CUDA error: invalid device ordinal (simgpu: cuda:{index} requested, "
+                           f"{n} simulated GPU{'s' if n != 1 else ''} visible; simgpu run --gpus N sets how many)")
+    return index
+
+
+def current() -> int:
+    """The calling thread's current device (CUDA's is per thread and starts at 0)."""
+    index = getattr(_current, "index", 0)
+    if count() == 0:
+        raise RuntimeError("No CUDA GPUs are available (simgpu: 0 simulated GPUs visible)")
+    return index
+
+
+def set_current(index: int) -> None:
+    _current.index = check_index(index)
+
+
+def resolve(device: Any) -> int | None:
+    """The logical index a device argument means, or None when it is not a CUDA device.
+
+    Accepts what torch accepts where a device goes: torch.device, "cuda", "cuda:1", an int
+    (a CUDA index in torch.cuda APIs and in factories' device=), None is not handled here.
+    """
+    if isinstance(device, int) and not isinstance(device, bool):
+        return check_index(device)
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "cuda":
+            return None
+        return current() if device.index is None else check_index(device.index)
+    return None
+
+
+def device_of(t: torch.Tensor) -> int | None:
+    """The simulated GPU a tensor lives on, or None for host memory."""
+    try:
+        storage = t.untyped_storage()
+    except (RuntimeError, NotImplementedError):  # sparse, nested, meta wrappers: host semantics
+        return None
+    return getattr(storage, LABEL, None)
+
+
+def place(t: torch.Tensor, index: int | None) -> torch.Tensor:
+    """Put `t`'s storage on simulated device `index` (None: host), accounting its memory."""
+    storage = t.untyped_storage()
+    old = getattr(storage, LABEL, None)
+    if old == index:
+        return t
+    if old is not None:
+        raise SimulationError(f"simgpu: a storage on cuda:{old} cannot be relabelled cuda:{index}")
+    setattr(storage, LABEL, index)
+    if index is not None:
+        _account(storage, index)
+    return t
+
+
+def _account(storage: Any, index: int) -> None:
+    t = table()
+    nbytes = storage.nbytes()
+    t.allocated[index] += nbytes
+    t.peak[index] = max(t.peak[index], t.allocated[index])
+    weakref.finalize(storage, _release, index, nbytes)
+
+
+def _release(index: int, nbytes: int) -> None:
+    if _table is not None and index < len(_table.allocated):
+        _table.allocated[index] -= nbytes
+
+
+def memory_allocated(index: int) -> int:
+    return table().allocated[check_index(index)]
+
+
+def max_memory_allocated(index: int) -> int:
+    return table().peak[check_index(index)]
+
+
+def reset_peak(index: int) -> None:
+    t = table()
+    t.peak[check_index(index)] = t.allocated[index]

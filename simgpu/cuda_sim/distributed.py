@@ -1,0 +1,140 @@
+"""torch.distributed under simulation: "nccl" means the strict sim backend, held to NCCL's placement.
+
+A program asks for "nccl" (in init_process_group, new_group, or a "cpu:gloo,cuda:nccl" map) and
+gets a SimProcessGroup registered as "sim_nccl" for both device types: every NCCL rule of the sim
+backend, plus NCCL's refusal of host tensors, which a CPU simulator would otherwise let through.
+Object collectives move their bytes through the current simulated GPU, as they do over NCCL.
+`dist.get_backend()` still answers "nccl".
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch.utils._pytree import tree_flatten
+
+from simgpu.backend import create_sim_process_group
+from simgpu.cuda_sim import devices
+
+SIM_NCCL = "sim_nccl"
+
+
+# The tensor-moving API a program calls; torch's own C++ callers (DDP's reducer) are not checked,
+# since the tensors they make in C++ carry no simulated placement.
+TENSOR_COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor",
+                      "all_gather_single", "gather", "scatter", "reduce_scatter", "reduce_scatter_tensor",
+                      "reduce_scatter_single", "all_to_all", "all_to_all_single", "send", "recv", "isend",
+                      "irecv", "_all_gather_base", "_reduce_scatter_base")
+
+
+def _held_to_gpus(original: Callable) -> Callable:
+    """NCCL's answer to a host tensor: the group has no backend for the CPU device."""
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def collective(*args: Any, **kwargs: Any) -> Any:
+        if _called_from_torch():  # torch's own helpers (object collectives) pick their devices
+            return original(*args, **kwargs)
+        bound = signature.bind_partial(*args, **kwargs)
+        group = bound.arguments.get("group")
+        if _backend_name(group) == SIM_NCCL:
+            for t in tree_flatten([v for k, v in bound.arguments.items() if k != "group"])[0]:
+                if isinstance(t, torch.Tensor) and devices.device_of(t) is None:
+                    rank = dist.get_rank()
+                    raise RuntimeError(
+                        f"No backend type associated with device type cpu (simgpu: rank {rank}, "
+                        f"{original.__name__}() got a host tensor {tuple(t.shape)} on a 'nccl' group; "
+                        f"NCCL only moves GPU tensors: .cuda() it first)")
+        return original(*args, **kwargs)
+
+    return collective
+
+
+_PASS_THROUGH = ("simgpu.cuda_sim.", "torch.overrides", "torch.distributed.c10d_logger")
+
+
+def _called_from_torch() -> bool:
+    """Whether the code that asked for this collective is torch's own (past dispatch wrappers)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if not module.startswith(_PASS_THROUGH):
+            return module.startswith("torch.")
+        frame = frame.f_back
+    return False
+
+
+def _backend_name(group: Any) -> str | None:
+    try:
+        return _original_get_backend(group)
+    except (RuntimeError, ValueError):
+        return None
+
+
+def _simulated(backend: Any) -> Any:
+    """The backend name to really use for what the program asked for."""
+    if backend is None:  # torch's default where CUDA is available: "cpu:gloo,cuda:nccl"
+        return "sim"
+    text = str(backend).lower()
+    if text == "nccl":
+        return SIM_NCCL
+    if "nccl" in text:  # a device map such as "cpu:gloo,cuda:nccl": one sim group serves both
+        return "sim"
+    return backend
+
+
+def _init_process_group(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
+        kwargs.pop("device_id", None)  # eager NCCL communicator set-up: nothing to set up here
+        if backend is None and "backend" in kwargs:
+            backend = kwargs.pop("backend")
+        return original(_simulated(backend), *args, **kwargs)
+
+    return init_process_group
+
+
+def _new_group(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def new_group(*args: Any, **kwargs: Any) -> Any:
+        if "backend" in kwargs:
+            kwargs["backend"] = _simulated(kwargs["backend"])
+        elif len(args) >= 3:
+            args = (*args[:2], _simulated(args[2]), *args[3:])
+        return original(*args, **kwargs)
+
+    return new_group
+
+
+def _get_backend(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def get_backend(group: Any = None) -> str:
+        name = original(group)
+        return "nccl" if name == SIM_NCCL else name
+
+    return get_backend
+
+
+_original_get_backend = dist.get_backend
+
+
+def install() -> None:
+    if SIM_NCCL.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(SIM_NCCL, create_sim_process_group, devices=["cpu", "cuda"])
+    for name in TENSOR_COLLECTIVES:
+        if hasattr(dist.distributed_c10d, name):
+            wrapped = _held_to_gpus(getattr(dist.distributed_c10d, name))
+            setattr(dist.distributed_c10d, name, wrapped)
+            if hasattr(dist, name):
+                setattr(dist, name, wrapped)
+    dist.init_process_group = _init_process_group(dist.init_process_group)
+    dist.distributed_c10d.init_process_group = dist.init_process_group
+    dist.new_group = _new_group(dist.new_group)
+    dist.distributed_c10d.new_group = dist.new_group
+    dist.get_backend = _get_backend(dist.get_backend)
+    dist.distributed_c10d.get_backend = dist.get_backend
+    dist.is_nccl_available = lambda: True

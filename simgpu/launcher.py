@@ -1,0 +1,98 @@
+"""`simgpu run --gpus N script.py [args]`: run a program written for CUDA GPUs on CPU processes.
+
+The program runs unmodified in a child process whose environment carries the simulation
+(SIMGPU_GPUS, and simgpu's sitecustomize first on PYTHONPATH), so every Python process it
+starts (mp.spawn workers, torchrun's workers, subprocesses) sees the same N simulated GPUs.
+The child runs in its own session; when it ends, is interrupted, or runs past --timeout,
+everything it started is killed, so nothing outlives the run.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+BOOT_DIR = Path(__file__).resolve().parent / "_boot"
+EXIT_TIMEOUT = 124
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="simgpu", description="Run multi-GPU PyTorch code on simulated GPUs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a CUDA/NCCL program unmodified on N simulated GPUs (CPU processes)",
+                         description="simgpu run --gpus 2 train.py --lr 0.1 | simgpu run --gpus 4 -m pkg.mod | "
+                                     "simgpu run --gpus 4 torchrun --nproc-per-node 4 train.py")
+    run.add_argument("--gpus", type=int, required=True, help="how many GPUs the machine has (before CUDA_VISIBLE_DEVICES)")
+    run.add_argument("--memory-gb", type=float, default=None,
+                     help="memory each simulated GPU reports (default 141, an H200)")
+    run.add_argument("--timeout", type=float, default=None,
+                     help="kill the program and everything it started after this many seconds (exit 124)")
+    run.add_argument("-m", dest="module", default=None, help="run a module as `python -m` would")
+    run.add_argument("target", nargs="?", help="script.py, or a command such as torchrun")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the program")
+    return parser
+
+
+def command_line(target: str | None, module: str | None, args: list[str]) -> list[str]:
+    """What to execute: a script or module under this Python, or any other command as given."""
+    if module:
+        return [sys.executable, "-m", module, *([target] if target else []), *args]
+    if target is None:
+        raise SystemExit("simgpu run: name a script, -m module, or a command to run")
+    if target.endswith(".py") or Path(target).is_file() and not os.access(target, os.X_OK):
+        return [sys.executable, target, *args]
+    return [target, *args]
+
+
+def environment(gpus: int, memory_gb: float | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["SIMGPU_GPUS"] = str(gpus)
+    if memory_gb is not None:
+        env["SIMGPU_GPU_MEMORY_GB"] = str(memory_gb)
+    env["PYTHONPATH"] = os.pathsep.join([str(BOOT_DIR), str(BOOT_DIR.parent.parent)]
+                                        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: float | None = None) -> int:
+    """Run `cmd` on `gpus` simulated GPUs; its exit status (124 after a timeout)."""
+    if gpus < 1:
+        raise SystemExit(f"simgpu run: --gpus must be at least 1, got {gpus}")
+    try:
+        child = subprocess.Popen(cmd, env=environment(gpus, memory_gb), start_new_session=True)
+    except FileNotFoundError:
+        raise SystemExit(f"simgpu run: no such program: {cmd[0]}") from None
+    forwarded = {sig: signal.signal(sig, lambda s, _f: _signal_group(child.pid, s))
+                 for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return child.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        sys.stderr.write(f"simgpu run: {' '.join(cmd)} still running after {timeout:g} s; killed\n")
+        return EXIT_TIMEOUT
+    finally:
+        _signal_group(child.pid, signal.SIGKILL)
+        child.wait()
+        for sig, handler in forwarded.items():
+            signal.signal(sig, handler)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = _parser().parse_args(argv)
+    args = list(ns.args)
+    if args[:1] == ["--"]:
+        args = args[1:]
+    return run(ns.gpus, command_line(ns.target, ns.module, args), ns.memory_gb, ns.timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
