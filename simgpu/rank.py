@@ -118,11 +118,19 @@ def _init(rank: int, world_size: int, binding: Any, conn: Any) -> RankContext:
         store = dist.TCPStore("127.0.0.1", port, world_size, False, timedelta(seconds=binding.init_timeout))
     device = torch.device("cpu")
     kwargs: dict[str, Any] = {}
-    if binding.device == "cuda":
+    backend = binding.backend
+    if binding.device == "simulated-cuda":  # the simulator, seen as one GPU per rank (simgpu.cuda_sim)
+        import simgpu.cuda_sim
+
+        simgpu.cuda_sim.activate(world_size)
+        torch.cuda.set_device(rank)
+        device = torch.device("cuda", rank)
+        backend = "nccl" if backend == "sim" else backend  # "nccl" is the sim held to NCCL's placement
+    elif binding.device == "cuda":
         device = torch.device("cuda", rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
         kwargs["device_id"] = device
-    dist.init_process_group(binding.backend, store=store, rank=rank, world_size=world_size,
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=binding.init_timeout), **kwargs)
     return RankContext(rank, world_size, binding.backend, device)
 

@@ -123,3 +123,18 @@ def all_reduce_unless_busy(ctx: Any, busy_rank: int, seconds: float) -> list[flo
 
 def busy_elsewhere(seconds: float) -> None:
     time.sleep(seconds)
+
+
+def simulated_gpu_rank(ctx: Any) -> tuple[str, list[float], str]:
+    """On a pool bound to simulated GPUs: the rank's device, an all_reduce on it, a host tensor refused."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.full((2,), float(ctx.rank + 1), device=ctx.device)
+    dist.all_reduce(t)
+    try:
+        dist.all_reduce(torch.ones(1))
+        refused = "accepted"
+    except RuntimeError as exc:
+        refused = str(exc)
+    return f"{t.device} current={torch.cuda.current_device()} count={torch.cuda.device_count()}", t.tolist(), refused
