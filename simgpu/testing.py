@@ -1,0 +1,281 @@
+"""pytest plugin (entry point `simgpu-testing`): run a user's test function on N ranks of the selected backend.
+
+    def step(ctx):                                # module level: every rank imports it by name
+        t = torch.ones(2, device=ctx.device)      # ctx.device: the rank's device (single source: RankContext)
+        dist.all_reduce(t)
+        return t.tolist()
+
+    @pytest.mark.world_size(2, 4)                 # one test per world size: test_x[ws2], test_x[ws4]
+    def test_x(ranks):
+        assert ranks.run(step) == [[ranks.world_size] * 2] * ranks.world_size
+
+The `ranks` fixture runs on the session's warm pools (conformance.plugin's ConformanceSession: one
+pool per world size for the `--backend` of the run, shared with the conformance suite). Every rank's
+value comes back, or `RanksFailed` with every rank's line; a crash or hang is `RankPoolError` and the
+next call gets fresh ranks. See docs/testing-your-code.md.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from simgpu import faults as faults_module
+from simgpu.outcomes import RanksFailed, values_or_raise
+from simgpu.pool import RankPool, RankPoolError
+
+MARKER = "world_size"
+DEFAULT_WORLD_SIZE = 2
+_GPU_COUNT = pytest.StashKey[int]()
+
+
+# ----------------------------------------------------------------------------- shipping the function
+@dataclass(frozen=True)
+class FunctionRef:
+    """Where a rank finds the user's function: module name, qualified name, and the module's file.
+
+    A test module is not always importable by name on a rank (the pool may have started before pytest
+    put its directory on sys.path, or pytest imported it with --import-mode=importlib), and pytest
+    rewrote its asserts; so the rank loads it from its file, with asserts rewritten the same way.
+    """
+
+    module: str
+    qualname: str
+    file: str | None
+    root: str | None  # the sys.path entry the module name resolves from, when there is one
+    rewrite: bool  # pytest rewrote the module's asserts in the controller
+
+    @classmethod
+    def of(cls, fn: Callable[..., Any]) -> "FunctionRef":
+        name = getattr(fn, "__qualname__", None)
+        module_name = getattr(fn, "__module__", None)
+        if not callable(fn) or not name or not module_name:
+            raise TypeError(f"ranks.run(fn): fn must be a module-level function, got {fn!r}")
+        if "<locals>" in name or "<lambda>" in name:
+            raise TypeError(f"ranks.run(fn): {module_name}.{name} is defined inside a function or is a lambda; "
+                            "every rank imports fn by name, so define it at module level")
+        module = sys.modules.get(module_name)
+        if module_name == "__main__" or module is None or _lookup(module, name) is not fn:
+            raise TypeError(f"ranks.run(fn): {module_name}.{name} cannot be imported by name on the ranks; "
+                            "define fn at module level in an importable module (a test file is fine)")
+        file = getattr(module, "__file__", None)
+        loader = type(getattr(module, "__loader__", None)).__name__
+        return cls(module_name, name, file, _sys_path_root(module_name, file), loader == "AssertionRewritingHook")
+
+
+def _lookup(module: Any, qualname: str) -> Any:
+    obj = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def _sys_path_root(module_name: str, file: str | None) -> str | None:
+    """The directory D such that `module_name` is D/<dotted path>.py (or its package's __init__.py)."""
+    if not file:
+        return None
+    parts = os.path.abspath(file)[: -len(".py")].split(os.sep) if file.endswith(".py") else []
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    names = module_name.split(".")
+    if len(parts) <= len(names) or parts[-len(names):] != names:
+        return None
+    return os.sep.join(parts[: -len(names)]) or os.sep
+
+
+def _call_on_rank(ctx: Any, ref: FunctionRef, args: tuple) -> Any:
+    """Runs on each rank (RankPool.run): find the user's function, call fn(ctx, *args)."""
+    return _lookup(_module_on_rank(ctx.rank, ref), ref.qualname)(ctx, *args)
+
+
+def _module_on_rank(rank: int, ref: FunctionRef) -> Any:
+    module = sys.modules.get(ref.module)
+    if module is not None and (ref.file is None or _same_file(getattr(module, "__file__", None), ref.file)):
+        return module
+    if ref.root and ref.root not in sys.path:
+        sys.path.insert(0, ref.root)
+    try:
+        if ref.file and (ref.rewrite or module is not None):
+            return _load_from_file(ref.module, ref.file, ref.rewrite)
+        try:
+            return importlib.import_module(ref.module)
+        except ModuleNotFoundError:
+            if not ref.file:
+                raise
+            return _load_from_file(ref.module, ref.file, False)
+    except Exception as exc:
+        raise ImportError(f"simgpu.testing: rank {rank} could not import {ref.module} ({ref.file}) for "
+                          f"ranks.run({ref.module}.{ref.qualname}): {type(exc).__name__}: {exc}") from exc
+
+
+def _same_file(a: str | None, b: str) -> bool:
+    return a is not None and os.path.realpath(a) == os.path.realpath(b)
+
+
+def _load_from_file(name: str, file: str, rewrite: bool) -> Any:
+    """Import `file` as module `name` (asserts rewritten as pytest does, so a rank's failure shows values)."""
+    parent = name.rpartition(".")[0]
+    if parent:
+        try:
+            importlib.import_module(parent)
+        except ImportError:
+            pass  # a module pytest named after its folders (importlib mode) need not have real parents
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None:
+        raise ImportError(f"no module spec for {file}")
+    module = importlib.util.module_from_spec(spec)
+    with open(file, "rb") as f:
+        source = f.read()
+    tree = ast.parse(source, filename=file)
+    if rewrite:
+        try:
+            from _pytest.assertion.rewrite import rewrite_asserts
+
+            rewrite_asserts(tree, source, file, None)
+        except Exception:  # noqa: BLE001 - pytest's private API moved: plain asserts still work
+            tree = ast.parse(source, filename=file)
+    sys.modules[name] = module
+    try:
+        exec(compile(tree, file, "exec", dont_inherit=True), module.__dict__)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+# ----------------------------------------------------------------------------- the fixture's object
+class Ranks:
+    """Runs functions on every rank of one warm pool; what the `ranks` fixture gives a test."""
+
+    def __init__(self, pool: RankPool):
+        self.pool = pool
+        self._armed_at: int | None = None  # pool.starts when faults were injected
+
+    @property
+    def world_size(self) -> int:
+        return self.pool.world_size
+
+    @property
+    def backend(self) -> str:
+        return self.pool.binding.backend
+
+    def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> list[Any]:
+        """fn(ctx, *args) on every rank: every rank's value (index = rank), or RanksFailed naming each rank.
+
+        Every rank skipping (pytest.skip) skips the test; a crash or hang raises RankPoolError
+        (the next call starts fresh ranks). timeout: seconds for this call (default --rank-timeout).
+        """
+        __tracebackhide__ = True  # the user's test line and every rank's story, not the plumbing between
+        ref = FunctionRef.of(fn)
+        try:
+            outcomes = self.pool.run(_call_on_rank, ref, args, timeout=timeout)
+            if self.backend != "sim" and any(not o.ok for o in outcomes):
+                from conformance.driver import ensure_in_step
+
+                ensure_in_step(self.pool)  # an asynchronous backend may be left out of step for the next test
+            return values_or_raise(outcomes)
+        except (RanksFailed, RankPoolError, pytest.skip.Exception) as exc:
+            raise exc.with_traceback(None)  # reported at the test's line (a skip too), not inside simgpu
+
+    def inject(self, *faults: faults_module.Fault) -> list[str]:
+        """Arm faults (simgpu.faults.kill(1, at=2), ...) on the ranks they name; disarmed after the test.
+
+        Only the sim backend has fault injection: on any other backend the test is skipped.
+        """
+        for f in faults:
+            if not isinstance(f, faults_module.Fault):
+                raise TypeError(f"ranks.inject takes simgpu.faults.Fault objects, got {type(f).__name__}: {f!r}")
+            if f.rank >= self.world_size:
+                raise ValueError(f"ranks.inject: fault names rank {f.rank} ({f.describe()}), "
+                                 f"but the test runs on {self.world_size} ranks")
+        if self.backend != "sim":
+            pytest.skip(f"fault injection needs the sim backend; this run uses --backend={self.backend}")
+        armed = values_or_raise(self.pool.run(faults_module.install_on_rank, list(faults)))
+        self._armed_at = self.pool.starts
+        return [text for per_rank in armed for text in per_rank]
+
+    def disarm(self) -> None:
+        """Clear faults that did not fire, so the next test on these warm ranks runs clean."""
+        armed_at, self._armed_at = self._armed_at, None
+        if armed_at is not None and self.pool.alive and self.pool.starts == armed_at:
+            try:
+                self.pool.run(faults_module.clear_on_rank)  # fresh ranks (after a crash) have none armed
+            except RankPoolError:
+                pass  # the pool was torn down: the next test starts fresh ranks, with nothing armed
+
+
+# ----------------------------------------------------------------------------- pytest hooks
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{MARKER}(*sizes): run the test once per world size (ids [ws<N>]) with the `ranks` fixture "
+                   f"bound to that many ranks (default {DEFAULT_WORLD_SIZE})")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marker = metafunc.definition.get_closest_marker(MARKER)
+    if marker is None:
+        return
+    where = metafunc.definition.nodeid
+    if "ranks" not in metafunc.fixturenames:
+        pytest.fail(f"{where}: @pytest.mark.{MARKER} needs the test to use the `ranks` fixture", pytrace=False)
+    sizes = list(marker.args)
+    if not sizes or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in sizes):
+        pytest.fail(f"{where}: @pytest.mark.{MARKER} takes world sizes as ints >= 1, got {marker.args!r}",
+                    pytrace=False)
+    metafunc.parametrize("ranks", sizes, indirect=True, ids=[f"ws{n}" for n in sizes])
+
+
+@pytest.fixture
+def ranks(request: pytest.FixtureRequest) -> Iterator[Ranks]:
+    """A runner on the session's warm pool of `world_size` ranks (the marker's size, else 2)."""
+    size: int = getattr(request, "param", DEFAULT_WORLD_SIZE)
+    session = _session(request.config)
+    if session.binding().device == "cuda":
+        _skip_without_gpus(request.config, session, size)
+    runner = Ranks(session.pool(size))
+    yield runner
+    runner.disarm()
+
+
+def _session(config: pytest.Config) -> Any:
+    try:
+        from conformance.plugin import session_of
+
+        return session_of(config)
+    except (ImportError, KeyError):
+        raise pytest.UsageError("the `ranks` fixture needs the simgpu plugin (conformance.plugin) loaded; "
+                                "it is disabled (-p no:simgpu?) or not installed") from None
+
+
+def _skip_without_gpus(config: pytest.Config, session: Any, world_size: int) -> None:
+    """A test needing more GPUs than this process may use is skipped, saying how many of each.
+
+    The session's GPU lease (realgpu.leases: this xdist worker's GPUs) when it has one; else the
+    GPUs this machine shows, counted once per session in a child process.
+    """
+    lease = getattr(session, "lease", None)
+    if lease is not None:
+        from realgpu.leases import shortfall
+
+        reason = shortfall(world_size, lease)
+    else:
+        if _GPU_COUNT not in config.stash:
+            from realgpu import visible_gpu_count
+
+            config.stash[_GPU_COUNT] = visible_gpu_count()
+        reason = gpu_shortfall(world_size, config.stash[_GPU_COUNT])
+    if reason:
+        pytest.skip(reason)
+
+
+def gpu_shortfall(needed: int, available: int) -> str | None:
+    """The skip reason when `needed` ranks (one GPU each) exceed the `available` GPUs, else None."""
+    if needed <= available:
+        return None
+    return f"needs {needed} GPUs (world size {needed}), {available} available"
