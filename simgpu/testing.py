@@ -9,8 +9,8 @@
     def test_x(ranks):
         assert ranks.run(step) == [[ranks.world_size] * 2] * ranks.world_size
 
-The `ranks` fixture runs on the session's warm pools (conformance.plugin's ConformanceSession: one
-pool per world size for the `--backend` of the run, shared with the conformance suite). Every rank's
+The `ranks` fixture runs on warm pools, one per world size for the `--backend` of the run (on GPUs the
+conformance suite's; on the simulator its own, whose ranks see simulated GPUs: ctx.device is cuda:r). Every rank's
 value comes back, or `RanksFailed` with every rank's line; a crash or hang is `RankPoolError` and the
 next call gets fresh ranks. See docs/testing-your-code.md.
 """
@@ -28,7 +28,7 @@ import pytest
 
 from simgpu import faults as faults_module
 from simgpu.outcomes import RanksFailed, values_or_raise
-from simgpu.pool import RankPool, RankPoolError
+from simgpu.pool import Binding, RankPool, RankPoolError
 
 MARKER = "world_size"
 DEFAULT_WORLD_SIZE = 2
@@ -238,9 +238,31 @@ def ranks(request: pytest.FixtureRequest) -> Iterator[Ranks]:
     session = _session(request.config)
     if session.binding().device == "cuda":
         _skip_without_gpus(request.config, session, size)
-    runner = Ranks(session.pool(size))
+    runner = Ranks(_pool(request.config, session, size))
     yield runner
     runner.disarm()
+
+
+_SIM_POOLS = pytest.StashKey[dict]()
+
+
+def _pool(config: pytest.Config, session: Any, size: int) -> RankPool:
+    """The session's pool, except on the simulator: there ranks see simulated GPUs (ctx.device is
+    cuda:r, "nccl" groups refuse host tensors), so code written for GPUs runs as written. Those pools
+    are separate from the conformance suite's CPU-bound ones, one per world size."""
+    if session.backend != "sim" or getattr(session, "attached", None) is not None:
+        return session.pool(size)
+    pools = config.stash.setdefault(_SIM_POOLS, {})
+    if size not in pools:
+        base = session.binding()
+        pools[size] = RankPool(size, Binding(base.backend, base.backend_module, "simulated-cuda", base.init_timeout,
+                                             base.env), timeout=session.timeout)
+    return pools[size]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for pool in session.config.stash.get(_SIM_POOLS, {}).values():
+        pool.close()
 
 
 def _session(config: pytest.Config) -> Any:

@@ -53,7 +53,7 @@ def rank_mismatch(ctx):
     import torch
     import torch.distributed as dist
 
-    t = torch.ones(2)
+    t = torch.ones(2, device=ctx.device)
     if ctx.rank == 0:
         dist.all_reduce(t)
     else:
@@ -82,7 +82,7 @@ def test_without_the_marker_two_ranks(ranks, request) -> None:
 def test_each_rank_works_on_its_own_device(ranks) -> None:
     for rank, (device, tensor_device) in enumerate(ranks.run(rank_devices)):
         assert tensor_device == device
-        assert device == "cpu" or device == f"cuda:{rank}"  # sim today / nccl (and the simulated CUDA layer)
+        assert device == f"cuda:{rank}"  # nccl: the rank's GPU; sim: its simulated GPU (simgpu.cuda_sim)
 
 
 def test_a_skip_on_every_rank_skips_and_a_partial_skip_fails(ranks) -> None:
