@@ -1,8 +1,13 @@
 """Support tables: what each backend must accept, and the error it must raise for the rest.
 
 semantics.md section 3 is the source; entries marked [run] were settled by runs of this suite
-(where a run disagreed with the page, the run won). A backend with no table here is probed:
-the suite discovers per combination whether it is supported (see conformance/driver.py).
+(where a run disagreed with the page, the run won); [nccl-run] marks what the first GPU run (4x H200,
+torch 2.11.0+cu130, NCCL 2.28.9) and its probes settled: conformance/results/nccl-calibration.md has
+each rule with its evidence. A backend with no table here is probed: the suite discovers per
+combination whether it is supported (see conformance/driver.py).
+
+`size` is the number of ranks in the case's group (None: a group of several ranks). Groups of one
+rank are where ProcessGroupNCCL skips most of its checks.
 """
 from __future__ import annotations
 
@@ -42,6 +47,14 @@ def _passes_real_view(collective: str) -> bool:
 COMPLEX_OPS = frozenset({"sum", "avg", "premul_sum"})  # torch's supports_complex(): the rest raise ValueError
 P2P_COLLECTIVES = frozenset({"send_recv", "isend_irecv", "batch_isend_irecv"})
 FP8 = ("float8_e4m3fn", "float8_e5m2")
+# [nccl-run] ProcessGroupNCCL runs these through torch::cuda::nccl's helpers, whose dtype error is
+# RuntimeError "Unconvertible NCCL type Short" instead of the TypeError of the others.
+UNCONVERTIBLE_COLLECTIVES = frozenset({"gather", "scatter", "all_to_all", "all_to_all_single"})
+# [nccl-run] On a group of one rank these skip NCCL: reduce_scatter* copy the input (no dtype or
+# reduce-op check; reduce_scatter_tensor no layout check either), scatter copies locally (no dtype
+# or layout check).
+REDUCE_SCATTERS = frozenset({"reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single"})
+PREMUL_DTYPES = ("float16", "float32", "float64", "bfloat16", "complex64")
 
 
 @dataclass(frozen=True)
@@ -55,29 +68,30 @@ class Profile:
     recv_any_source: bool = True   # recv(src=None); ProcessGroupNCCL has no recvAnysource
 
     def reject(self, collective: str, dtype: str | None, op: str | None, layout: str,
-               features: frozenset[str] = frozenset()) -> Reject | None:
+               features: frozenset[str] = frozenset(), size: int | None = None) -> Reject | None:
         """The error this backend must raise for the combination, or None if it must work.
 
-        Where several rules apply, the backend may report any one of them (checks run in its own order).
+        size: ranks in the group (None: several). Where several rules apply, the backend may report
+        any one of them (checks run in its own order).
         """
         found: list[Reject | None] = []
         if dtype is not None:
-            found.append(self._dtype_rule(collective, DTYPES[dtype]))
+            found.append(self._dtype_rule(collective, DTYPES[dtype], size))
             if op is not None:
                 found.append(_complex_op_rule(collective, dtype, op))
-                found.append(self._op_rule(collective, DTYPES[dtype], op))
+                found.append(self._op_rule(collective, DTYPES[dtype], op, size))
         if layout != "contiguous":
-            found.append(self._layout_rule(collective))
+            found.append(self._layout_rule(collective, layout, size))
         found.extend(self._feature_rule(collective, feature) for feature in sorted(features))
         return Reject.any_of([r for r in found if r is not None])
 
-    def _dtype_rule(self, collective: str, dtype: DType) -> Reject | None:
+    def _dtype_rule(self, collective: str, dtype: DType, size: int | None = None) -> Reject | None:
         raise NotImplementedError
 
-    def _op_rule(self, collective: str, dtype: DType, op: str) -> Reject | None:
+    def _op_rule(self, collective: str, dtype: DType, op: str, size: int | None = None) -> Reject | None:
         raise NotImplementedError
 
-    def _layout_rule(self, collective: str) -> Reject | None:
+    def _layout_rule(self, collective: str, layout: str, size: int | None = None) -> Reject | None:
         raise NotImplementedError
 
     def _feature_rule(self, collective: str, feature: str) -> Reject | None:
@@ -92,28 +106,51 @@ def _complex_op_rule(collective: str, dtype: str | None, op: str) -> Reject | No
 
 
 class NcclProfile(Profile):
-    """NCCL 2.28 through torch 2.11 (semantics.md, NCCL column); the simulator is held to it too."""
+    """NCCL 2.28 through torch 2.11 (semantics.md, NCCL column, corrected by the GPU run: [nccl-run]);
+    the simulator is held to it too."""
 
-    def _dtype_rule(self, collective: str, dtype: DType) -> Reject | None:
+    def _dtype_rule(self, collective: str, dtype: DType, size: int | None = None) -> Reject | None:
+        if size == 1 and (collective in REDUCE_SCATTERS or collective == "scatter"):
+            return None  # [nccl-run] int16/uint32/complex64 copied through on one rank
         unsupported = dtype.name in ("int16", "uint16", "uint32", "uint64")
-        unsupported |= dtype.kind == "complex" and not _passes_real_view(collective)
-        if unsupported:
-            return Reject(("TypeError",), r"data type is not supported|not supported for NCCL",
-                          "dtype not in NCCL's type map")
-        return None
+        # [nccl-run] ProcessGroupNCCL::reduce (C++) reduces complex tensors as real views itself
+        unsupported |= dtype.kind == "complex" and not _passes_real_view(collective) and collective != "reduce"
+        if not unsupported:
+            return None
+        if collective in UNCONVERTIBLE_COLLECTIVES:
+            return Reject(("RuntimeError",), r"Unconvertible NCCL type",
+                          "[nccl-run] dtype not in NCCL's type map (torch::cuda::nccl)")
+        return Reject(("TypeError",), r"data type is not supported|not supported for NCCL",
+                      "dtype not in NCCL's type map")
 
-    def _op_rule(self, collective: str, dtype: DType, op: str) -> Reject | None:
+    def _op_rule(self, collective: str, dtype: DType, op: str, size: int | None = None) -> Reject | None:
+        if size == 1 and collective in REDUCE_SCATTERS:
+            return None  # [nccl-run] no reduce-op check on one rank: the output is the input
+        if collective == "reduce" and dtype.kind == "complex" and op not in COMPLEX_OPS:
+            return Reject(("RuntimeError",), r"reduce does not support.{0,3}on complex tensors",
+                          "[nccl-run] ProcessGroupNCCL::reduce takes complex SUM/AVG/PREMUL_SUM only")
         if op in ("band", "bor", "bxor"):
             return Reject(("ValueError",), rf"Cannot use ReduceOp\.{op.upper()} with NCCL", "NCCL has no bitwise ops")
         if op == "avg" and dtype.kind == "bool":
             return Reject(("TypeError",), r"AVG.*bool|bool.*AVG", "NCCL rejects AVG on bool")
-        if op == "premul_sum" and dtype.name not in ("float16", "float32", "float64", "bfloat16", "complex64"):
-            return Reject(("TypeError",), r"PREMUL_SUM|premul", "PREMUL_SUM needs a floating dtype")
+        if op == "premul_sum" and dtype.name not in PREMUL_DTYPES:
+            # [nccl-run] "PreMulSum Data type must be half, float, bfloat16 or double"
+            return Reject(("TypeError",), r"PREMUL_SUM|PreMulSum|premul", "PREMUL_SUM needs a floating dtype")
+        if size == 1 and op == "avg" and dtype.name in FP8 and collective in ("all_reduce", "reduce"):
+            return Reject(("DistBackendError",), r"invalid argument",
+                          "[nccl-run] NCCL 2.28 refuses fp8 AVG on a communicator of one rank")
         return None
 
-    def _layout_rule(self, collective: str) -> Reject | None:
-        if collective in P2P_COLLECTIVES or collective == "all_to_all":
-            return None  # [source] NCCL only warns for send/recv, and list all_to_all is sends and recvs
+    def _layout_rule(self, collective: str, layout: str, size: int | None = None) -> Reject | None:
+        if collective in P2P_COLLECTIVES:
+            if layout == "transposed":
+                return None  # [nccl-run] dense: accepted (a warning), memory order on both ends
+            return Reject(("ValueError",), r"Tensors for P2P must be non-overlapping and dense",
+                          "[nccl-run] point-to-point needs dense tensors")
+        if collective == "scatter" and (size == 1 or layout == "transposed"):
+            return None  # [nccl-run] one rank copies locally; a dense (transposed) tensor moves right
+        # reduce_scatter_tensor and strided scatter: NCCL does not check, and scrambles (findings);
+        # the table keeps the check so that code green on the simulator is right on NCCL.
         return Reject(("ValueError",), r"Tensors must be contiguous", "NCCL needs contiguous tensors")
 
     def _feature_rule(self, collective: str, feature: str) -> Reject | None:
@@ -123,7 +160,7 @@ class NcclProfile(Profile):
 class GlooProfile(Profile):
     """gloo as shipped in torch 2.13 (semantics.md, gloo column; [run] = settled by runs of this suite)."""
 
-    def _dtype_rule(self, collective: str, dtype: DType) -> Reject | None:
+    def _dtype_rule(self, collective: str, dtype: DType, size: int | None = None) -> Reject | None:
         if collective in P2P_COLLECTIVES:
             return None  # [run] point-to-point moves bytes: every dtype goes through
         if dtype.name in ("int16", "uint16", "uint32", "uint64") or dtype.name in FP8:
@@ -133,7 +170,7 @@ class GlooProfile(Profile):
             return Reject(("RuntimeError",), r"Invalid scalar type", "[run] gloo gather has no complex type")
         return None
 
-    def _op_rule(self, collective: str, dtype: DType, op: str) -> Reject | None:
+    def _op_rule(self, collective: str, dtype: DType, op: str, size: int | None = None) -> Reject | None:
         if op == "premul_sum":
             return Reject(("RuntimeError", "ValueError"), r"PREMUL_SUM", "gloo has no PREMUL_SUM")
         if dtype.kind == "complex" and collective not in REAL_VIEW_COLLECTIVES and op not in ("sum", "avg"):
@@ -145,7 +182,7 @@ class GlooProfile(Profile):
             return Reject(("RuntimeError",), r"can't be cast|AVG", "gloo AVG divides in floating point")
         return None
 
-    def _layout_rule(self, collective: str) -> Reject | None:
+    def _layout_rule(self, collective: str, layout: str, size: int | None = None) -> Reject | None:
         if collective in P2P_COLLECTIVES:
             return Reject(("RuntimeError",), r"has to be contiguous", "[run] gloo send/recv need contiguous tensors")
         if collective == "all_to_all_single":

@@ -11,6 +11,7 @@ Outcomes (the capability report's vocabulary):
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,12 +43,29 @@ def execute(pool: RankPool, spec: CollectiveSpec, case: Case, profile: Profile |
     members = [outcomes[r] for r in case.participants]
     errors = [o for o in members if not o.ok]
     if any(o is not None and not o.ok for o in outcomes) and pool.binding.backend != "sim":
-        ensure_in_step(pool)
+        if _leaves_process_stuck(spec, outcomes):
+            pool.close(force=True)  # the next call starts fresh ranks
+        else:
+            ensure_in_step(pool)
     if not errors:
         return _judge_success(spec, case, members, expected, profile)
     if len(errors) < len(members):
         return CaseResult("FAIL", "ranks disagree: " + "; ".join(o.describe() for o in members), case.layout)
     return _judge_errors(errors, expected, profile, case)
+
+
+# Errors after which ProcessGroupNCCL (torch 2.11) leaves the process's NCCL state half-open: a
+# torch::cuda::nccl helper throwing between ncclGroupStart and ncclGroupEnd ("Unconvertible NCCL type"),
+# an error inside batch_isend_irecv's coalescing, or an NCCL error. Later collectives of that process
+# then silently do nothing, which the in-step all_reduce cannot see on one rank (finding
+# nccl-silent-after-grouped-error); such ranks are replaced instead.
+_STUCK_ERRORS = re.compile(r"Unconvertible NCCL type|Tensors for P2P|NCCL error|DistBackendError")
+_P2P = frozenset({"send_recv", "isend_irecv", "batch_isend_irecv"})
+
+
+def _leaves_process_stuck(spec: CollectiveSpec, outcomes: list[RankOutcome]) -> bool:
+    failed = [o for o in outcomes if o is not None and not o.ok]
+    return spec.name in _P2P or any(_STUCK_ERRORS.search(f"{o.error_type} {o.error}") for o in failed)
 
 
 def in_step_probe(ctx: Any) -> list[int]:

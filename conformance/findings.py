@@ -100,6 +100,95 @@ FINDINGS = [
     ),
 ]
 
+# The first GPU run: 4x H200, torch 2.11.0+cu130, NCCL 2.28.9, driver 580.159.04 (evidence run2, log.txt),
+# and the probes recorded in conformance/results/nccl-calibration.md (same machine kind and versions).
+_RUN2 = "GPU run 2 (4x H200, torch 2.11.0+cu130, NCCL 2.28.9, driver 580.159.04)"
+FINDINGS += [
+    Finding(
+        id="nccl-bf16-premul-sum-zero",
+        backend="nccl",
+        summary="PREMUL_SUM on bfloat16 returns zeros: the factor is lost (every group size, sync and async)",
+        evidence=f"{_RUN2}: all_reduce bfloat16 PREMUL_SUM(3.0), world 3, inputs [0.5,-inf,1000], [-0,0,-8.47e37], "
+                 "[249,-5.9e-39,1e-5]: every rank got 0.0 at (0,), expected 748.5; reduce bfloat16 PREMUL_SUM(0.5), "
+                 "world 3, got nan where -inf was expected (-inf * 0). Probe on the same machine kind: all_reduce "
+                 "bfloat16 PREMUL_SUM(2.0) of 1..12 gave twelve 0.0 on groups of 1, 2 and 3 ranks, async or not, "
+                 "while float16 and float32 gave the right values; with the repro inputs above bfloat16 gave "
+                 "[0, nan, 0] and float32 [748.5, -inf, -2.54e38].",
+        detail_pattern=r"^wrong result",
+        collectives=frozenset({"all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor"}),
+        dtype="bfloat16",
+        op="premul_sum",
+        torch_min="2.11",
+        torch_max="2.12",
+    ),
+    Finding(
+        id="nccl-size1-reduce-scatter-premul",
+        backend="nccl",
+        summary="reduce_scatter / reduce_scatter_tensor on a group of one rank ignore the op: PREMUL_SUM(f) "
+                "returns x, not f*x",
+        evidence=f"{_RUN2}: reduce_scatter float16 PREMUL_SUM(2.0), world 1: 19 elements wrong, first got -1.0, "
+                 "expected -2.0. Probe: reduce_scatter and reduce_scatter_tensor PREMUL_SUM(2.0) of 1..12 on one "
+                 "rank gave 1..12 for float16 and float32 (all_reduce and reduce on one rank gave 2..24). The "
+                 "same path accepts int16/uint32/complex, bitwise ops, AVG on bool and PREMUL_SUM on integers "
+                 "and copies the input (in the table: nccl-calibration.md, rule S1).",
+        detail_pattern=r"^wrong result",
+        collectives=frozenset({"reduce_scatter", "reduce_scatter_tensor"}),
+        op="premul_sum",
+        torch_min="2.11",
+        torch_max="2.12",
+    ),
+    Finding(
+        id="nccl-reduce-scatter-tensor-noncontiguous",
+        backend="nccl",
+        summary="reduce_scatter_tensor does not check contiguity: transposed or strided tensors are accepted "
+                "and reduced in memory order (wrong values; on one rank a transposed output is not written)",
+        evidence=f"{_RUN2}: reduce_scatter_tensor accepted every transposed example at group sizes 1-4 (e.g. "
+                 "float16 PREMUL_SUM, world 4, input (28, 2) transposed); no example was rejected. Probe, 2 "
+                 "ranks, float32 SUM, input (8, 3) and output (4, 3) transposed: [102,110,118,104,...] where "
+                 "[102,104,106,...] was due; strided: half the output left as the sentinel; one rank, transposed: "
+                 "the output left untouched. The table keeps 'Tensors must be contiguous' (the simulator raises "
+                 "it) so that code green on the simulator is right on NCCL.",
+        detail_pattern=r"^accepted, but .*NCCL needs contiguous tensors",
+        collectives=frozenset({"reduce_scatter_tensor", "reduce_scatter_single"}),
+        torch_min="2.11",
+        torch_max="2.12",
+    ),
+    Finding(
+        id="nccl-scatter-strided",
+        backend="nccl",
+        summary="scatter does not check that tensors are dense: strided views are accepted and non-root ranks "
+                "receive raw memory (wrong elements)",
+        evidence=f"{_RUN2}: scatter bool, world 3, strided (4, 4) views: accepted. Probe, 2 ranks, float32 (4, 3) "
+                 "strided views: the root's own part right, rank 1 got [21..26, 106..111] (its source read as raw "
+                 "memory, then the sentinel) instead of 21..32. Transposed (dense) views scatter right and are in "
+                 "the table as working; on one rank scatter is a local copy and right.",
+        detail_pattern=r"^accepted, but .*NCCL needs contiguous tensors",
+        layout="strided",
+        collectives=frozenset({"scatter"}),
+        torch_min="2.11",
+        torch_max="2.12",
+    ),
+    Finding(
+        id="nccl-silent-after-grouped-error",
+        backend="nccl",
+        summary="after 'Unconvertible NCCL type' (gather/scatter/all_to_all*) or a P2P error inside "
+                "batch_isend_irecv, later collectives of that process silently do nothing",
+        evidence=f"{_RUN2}: all_to_all_single float16/bfloat16/float32/float64, world 1, async, explicit splits: "
+                 "output left as the sentinel 0.0 where the input was NaN (the world-1 pool had raised "
+                 "'Unconvertible NCCL type' for int16/uint16/uint32/uint64 before); isend_irecv int32/int64, "
+                 "world 2: both ranks hung copying the received tensor (pool timeout) after strided P2P examples "
+                 "raised 'Tensors for P2P must be non-overlapping and dense'. Probe: in a fresh process the same "
+                 "all_to_all_single was right 20/20; after a ValueError inside batch_isend_irecv, dist.isend "
+                 "returned None and an all_reduce on the pair left its inputs unchanged; after 'Unconvertible' "
+                 "in all_to_all, later all_to_all calls on that rank left their outputs unwritten. The driver now "
+                 "replaces the ranks after such errors (conformance/driver.py), so the suite should not see it.",
+        detail_pattern=r"^wrong result: .* got (0\.0|0|False), expected",
+        collectives=frozenset({"all_to_all_single", "all_to_all"}),
+        torch_min="2.11",
+        torch_max="2.12",
+    ),
+]
+
 
 def known_finding(backend: str, cell: Any, layout: str, outcome: str, detail: str,
                   torch_version: str) -> Finding | None:

@@ -278,15 +278,16 @@ class SimProcessGroup(dist.ProcessGroup):
         self._local.checked = True
         self._strict.check(Call(op, text, agree or {}, send, recv))
 
-    def _single(self, tensors: Sequence[Tensor], op: str) -> tuple[Tensor, str]:
+    def _single(self, tensors: Sequence[Tensor], op: str, unconvertible: bool = False) -> tuple[Tensor, str]:
         """The one tensor of a single-tensor collective, held to NCCL's layout and dtype rules.
 
+        unconvertible: the dtype error is torch::cuda::nccl's RuntimeError (gather), not the TypeError.
         Returns it with the message context that names it ("rank 0, all_reduce() argument 'tensor'").
         """
         t = _one(tensors)
         ctx = self._ctx(op, "tensor")
         rules.check_contiguous(t, ctx)
-        rules.check_dtype(t, ctx)
+        (rules.check_dtype_unconvertible if unconvertible else rules.check_dtype)(t, ctx)
         return t, ctx
 
     def _root(self, root: int, op: str) -> int:
@@ -305,6 +306,7 @@ class SimProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors: list[Tensor], opts: AllreduceOptions = AllreduceOptions()) -> SimWork:
         t, ctx = self._single(tensors, "all_reduce")
         plan = rules.plan_reduction(opts.reduceOp, t.dtype, self.size(), ctx)
+        rules.check_fp8_avg(opts.reduceOp, t.dtype, self.size())
         op = rules.op_name(opts.reduceOp)
         self._check("all_reduce", f"all_reduce({rules.describe(t)}, op={op})",
                     {"dtype": _dt(t), "numel": t.numel(), "op": op})
@@ -341,8 +343,10 @@ class SimProcessGroup(dist.ProcessGroup):
 
     @_collective("reduce")
     def reduce(self, tensors: list[Tensor], opts: ReduceOptions = ReduceOptions()) -> SimWork:
+        tensors = [_reduce_real_view(_one(tensors), opts.reduceOp)]
         t, ctx = self._single(tensors, "reduce")
         plan = rules.plan_reduction(opts.reduceOp, t.dtype, self.size(), ctx)
+        rules.check_fp8_avg(opts.reduceOp, t.dtype, self.size())
         root = self._root(opts.rootRank, "reduce")
         op = rules.op_name(opts.reduceOp)
         self._check("reduce", f"reduce({rules.describe(t)}, dst={root}, op={op})",
@@ -361,6 +365,9 @@ class SimProcessGroup(dist.ProcessGroup):
         ins = _one(input_lists)
         ctx = self._ctx("reduce_scatter", "output")
         rules.check_contiguous(out, ctx)
+        if self.size() == 1:  # [nccl-run] no dtype or reduce-op check: a copy of the input
+            self._count(ins, "reduce_scatter", "input_list")
+            return self._copy_one(out, ins[0], opts.reduceOp, "reduce_scatter")
         rules.check_dtype(out, ctx)
         plan = rules.plan_reduction(opts.reduceOp, out.dtype, self.size(), ctx)
         self._count(ins, "reduce_scatter", "input_list")
@@ -398,6 +405,8 @@ class SimProcessGroup(dist.ProcessGroup):
             raise ValueError("input tensor must be the same size as output size times world size"
                              + rules.note(f"{ctx} has {input.numel()} elements, 'output' {output.numel()}, "
                                           f"world size {self.size()}"))
+        if self.size() == 1:  # [nccl-run] no dtype or reduce-op check: a copy of the input
+            return self._copy_one(output, input.view(output.shape), opts.reduceOp, "reduce_scatter_tensor")
         rules.check_dtype(input, ctx)
         plan = rules.plan_reduction(opts.reduceOp, input.dtype, self.size(), ctx)
         op = rules.op_name(opts.reduceOp)
@@ -413,6 +422,25 @@ class SimProcessGroup(dist.ProcessGroup):
             gather()
             plan.from_wire(buf, raw, aliased)
         return SimWork(work, [output], finish)
+
+    def _copy_one(self, out: Tensor, inp: Tensor, reduce_op: Any, op: str) -> SimWork:
+        """A reduce_scatter on a group of one rank, as ProcessGroupNCCL 2.11 does it: no dtype or op
+        check, the output is the input. PREMUL_SUM on a floating dtype is scaled here although NCCL
+        returns the input unscaled (finding nccl-size1-reduce-scatter-premul): the simulator gives
+        the documented result."""
+        name = rules.op_name(reduce_op)
+        self._check(op, f"{op}({rules.describe(out)} <- {rules.describe(inp)}, op={name})",
+                    {"dtype": _dt(out), "numel": out.numel(), "op": name})
+        src = inp
+        if rules.op_type(reduce_op) == rules.RedOpType.PREMUL_SUM and (inp.is_floating_point() or inp.is_complex()) \
+                and inp.dtype not in rules.FLOAT8_DTYPES:
+            factor = rules.premul_factor(reduce_op)
+            if isinstance(factor, Tensor):
+                factor = factor.reshape(-1)[0].item()
+            real = inp.real.dtype if inp.is_complex() else inp.dtype
+            src = inp * torch.tensor(factor, dtype=real)  # fl(x * fl(factor)) in the user's dtype
+        out.copy_(src.reshape(out.shape))
+        return SimWork(None, [out])
 
     def _gloo_reduce_scatter(self, out: Tensor, inp: Tensor, gloo_op: Any) -> tuple[dist.Work, Callable[[], None]]:
         """gloo's _reduce_scatter_base of `inp` (n equal slices) into `out`, with the reduce op honoured.
@@ -535,6 +563,9 @@ class SimProcessGroup(dist.ProcessGroup):
     def scatter(self, outputs: list[Tensor], input_lists: list[list[Tensor]],
                 opts: ScatterOptions = ScatterOptions()) -> SimWork:
         t, root, ins = self._checked_rooted_list("scatter", outputs, input_lists, opts.rootRank)
+        if self.size() == 1:  # [nccl-run] a local copy: any layout, any dtype
+            t.copy_(ins[0])
+            return SimWork(None, [t])
         work = self._gloo.scatter([_raw_bytes(t)], _byte_lists(ins), _opts(ScatterOptions, rootRank=root))
         return SimWork(work, [t])
 
@@ -543,7 +574,11 @@ class SimProcessGroup(dist.ProcessGroup):
         """gather's and scatter's checks, local then strict: (this rank's tensor, root, root's list or [])."""
         list_kind, root_name = {"gather": ("output", "dst"), "scatter": ("input", "src")}[op]
         root = self._root(root, op)  # NCCL checks the root first
-        t, _ = self._single(tensors, op)
+        if op == "scatter":
+            t = _one(tensors)
+            self._scatter_layout_and_dtype(t, self._ctx(op, "tensor"))
+        else:
+            t, _ = self._single(tensors, op, unconvertible=True)
         items = self._root_list(lists, t, root, op, list_kind)
         self._check(op, f"{op}({rules.describe(t)}, {root_name}={root})",
                     {"dtype": _dt(t), "numel": t.numel(), root_name: root})
@@ -565,7 +600,10 @@ class SimProcessGroup(dist.ProcessGroup):
             raise ValueError(f"{prefix}Incorrect {kind} list size {len(items)}. {kind.capitalize()} list size "
                              f"should be {self.size()}, same as size of the process group.{where}")
         for j, x in enumerate(items):
-            rules.check_contiguous(x, f"rank {self.rank()}, {op}() list entry {j}")
+            if op == "scatter":
+                self._scatter_layout_and_dtype(x, f"rank {self.rank()}, {op}() list entry {j}")
+            else:
+                rules.check_contiguous(x, f"rank {self.rank()}, {op}() list entry {j}")
             if x.dtype != t.dtype:
                 raise ValueError(f"{prefix}invalid tensor type at index {j} (expected {t.dtype}, got {x.dtype})"
                                  f"{where}")
@@ -574,15 +612,27 @@ class SimProcessGroup(dist.ProcessGroup):
                                  f"got {list(x.shape)}){where}")
         return list(items)
 
+    def _scatter_layout_and_dtype(self, t: Tensor, ctx: str) -> None:
+        """scatter [nccl-run]: one rank checks nothing; more need dense tensors (transposed works, NCCL
+        moves memory order on both ends; strided views are refused here although NCCL scrambles them
+        silently, finding nccl-scatter-strided) and NCCL's dtypes (RuntimeError "Unconvertible")."""
+        if self.size() == 1:
+            return
+        if not rules.is_dense(t):
+            raise ValueError(f"{rules.CONTIGUOUS_MESSAGE}{rules.note(ctx)}; shape {tuple(t.shape)}, strides {t.stride()}")
+        rules.check_dtype_unconvertible(t, ctx)
+
     @_collective("all_to_all")
     def alltoall(self, outputs: list[Tensor], inputs: list[Tensor],
                  opts: AllToAllOptions = AllToAllOptions()) -> SimWork:
         self._count(outputs, "all_to_all", "output_tensor_list")
         self._count(inputs, "all_to_all", "input_tensor_list")
         for name, ts in (("output_tensor_list", outputs), ("input_tensor_list", inputs)):
+            for j, x in enumerate(ts):  # [nccl-run] contiguous first, then torch::cuda::nccl's dtype error
+                rules.check_contiguous(x, self._ctx("all_to_all", f"{name}[{j}]"))
+        for name, ts in (("output_tensor_list", outputs), ("input_tensor_list", inputs)):
             for j, x in enumerate(ts):
-                rules.check_dtype(x, self._ctx("all_to_all", f"{name}[{j}]"))
-                rules.warn_p2p_layout(x)
+                rules.check_dtype_unconvertible(x, self._ctx("all_to_all", f"{name}[{j}]"))
         self._check("all_to_all", f"all_to_all({_dt(inputs[0])}, send {_sizes(inputs)}, recv {_sizes(outputs)})",
                     {"dtype": _dt(inputs[0])}, send=[x.numel() for x in inputs], recv=[o.numel() for o in outputs])
         in_bytes = [x.numel() * x.element_size() for x in inputs]
@@ -602,7 +652,7 @@ class SimProcessGroup(dist.ProcessGroup):
                           opts: AllToAllOptions = AllToAllOptions()) -> SimWork:
         for name, x in (("output", output), ("input", input)):
             rules.check_contiguous(x, self._ctx("all_to_all_single", name))
-            rules.check_dtype(x, self._ctx("all_to_all_single", name))
+            rules.check_dtype_unconvertible(x, self._ctx("all_to_all_single", name))
             if x.dim() == 0:
                 raise ValueError(f"simgpu: {self._ctx('all_to_all_single', name)} must have a dim 0")
         in_splits = self._splits(input_split_sizes, input, "input")
@@ -652,12 +702,14 @@ class SimProcessGroup(dist.ProcessGroup):
     # ------------------------------------------------------------------------- point to point
     def send(self, tensors: list[Tensor], dst: int, tag: int = 0) -> SimWork:
         t = _one(tensors)
+        rules.check_p2p_dense(t, self._ctx("send", "tensor"))
         rules.check_dtype(t, self._ctx("send", "tensor"))
         rules.warn_p2p_layout(t)
         return SimWork(self._gloo.send([_raw_bytes(t.contiguous())], dst, tag), [t])
 
     def recv(self, tensors: list[Tensor], src: int, tag: int = 0) -> SimWork:
         t = _one(tensors)
+        rules.check_p2p_dense(t, self._ctx("recv", "tensor"))
         rules.check_dtype(t, self._ctx("recv", "tensor"))
         rules.warn_p2p_layout(t)
         target = _contiguous(t)
@@ -699,6 +751,21 @@ def _one(items: Sequence[Any]) -> Any:
     if len(items) != 1:
         raise RuntimeError(rules.MULTI_DEVICE_MESSAGE)
     return items[0]
+
+
+_COMPLEX_REDUCE_OPS = (rules.RedOpType.SUM, rules.RedOpType.AVG, rules.RedOpType.PREMUL_SUM)
+
+
+def _reduce_real_view(t: Tensor, reduce_op: Any) -> Tensor:
+    """ProcessGroupNCCL::reduce (C++, torch 2.11 [nccl-run]) reduces a complex tensor as its real view for
+    SUM/AVG/PREMUL_SUM; other ops raise RuntimeError "reduce does not support<op>on complex tensors",
+    the op printed as a raw character (c10::str of the enum), as torch prints it."""
+    if not t.is_complex():
+        return t
+    kind = rules.op_type(reduce_op)
+    if kind not in _COMPLEX_REDUCE_OPS:
+        raise RuntimeError(f"reduce does not support{chr(int(kind))}on complex tensors")
+    return torch.view_as_real(t)
 
 
 def _row_numel(t: Tensor) -> int:

@@ -5,18 +5,30 @@ and the conformance suite can use them as the expected errors. The rules follow
 ProcessGroupNCCL.cpp (torch 2.11-2.13, NCCL 2.28) and the runs recorded in shared/semantics.md:
 
 - dtypes: NCCL's table is a whitelist; anything else is TypeError
-  "Input tensor data type is not supported for NCCL process group: <ScalarType>".
+  "Input tensor data type is not supported for NCCL process group: <ScalarType>", except where
+  ProcessGroupNCCL hands the tensors to torch::cuda::nccl's helpers (gather, scatter, all_to_all,
+  all_to_all_single): RuntimeError "Unconvertible NCCL type <ScalarType>" [nccl-run, torch 2.11].
 - layout: collectives need tensors contiguous in their suggested memory format (ValueError
-  "Tensors must be contiguous"); send/recv and the list all_to_all only warn. Output lists that
+  "Tensors must be contiguous"), the list all_to_all too [nccl-run]; point-to-point ops need
+  "non-overlapping and dense" tensors (ValueError "Tensors for P2P must be non-overlapping and
+  dense"; a transposed tensor is dense and works, with a warning) [nccl-run]. Output lists that
   NCCL fills by copy_ (all_gather) and input lists it reads by copy_ (reduce_scatter) may have any
-  layout. all_reduce_coalesced needs "non-overlapping and dense" tensors. gather/scatter are held to
-  the contiguous rule although NCCL skips the check there (it would move memory order, silently
-  scrambling a non-contiguous tensor), so that code green here is right on NCCL too.
+  layout. all_reduce_coalesced needs "non-overlapping and dense" tensors. scatter takes dense
+  tensors (transposed included: NCCL moves memory order on both ends); reduce_scatter_tensor and
+  strided scatter are held to the contiguous rule although NCCL skips the check there (it moves
+  memory order, silently scrambling them: findings nccl-reduce-scatter-tensor-noncontiguous,
+  nccl-scatter-strided), so that code green here is right on NCCL too.
+- groups of one rank [nccl-run, torch 2.11]: reduce_scatter and reduce_scatter_tensor skip the dtype
+  and reduce-op checks and copy the input (whatever the op); scatter skips the dtype and layout
+  checks (a local copy). all_reduce and reduce of fp8 with AVG fail in NCCL itself (DistBackendError
+  "invalid argument") at size 1 only.
 - reduce ops: BAND/BOR/BXOR are ValueError; AVG on bool and PREMUL_SUM outside half, float,
   bfloat16 and double are TypeError; bool SUM is computed as MAX (logical OR).
 - arithmetic: integer AVG is the wrapped sum divided by n, truncated toward zero; float AVG is
   the sum of x_r * fl(1/n) (NCCL's PreMulSum); PREMUL_SUM is the sum of x_r * fl(factor); float
-  MIN/MAX ignore NaN unless every rank has NaN at that position.
+  MIN/MAX ignore NaN unless every rank has NaN at that position; fp8 results saturate (a sum,
+  product or MIN/MAX that would be +-inf or overflow is +-57344 for e5m2, +-448 for e4m3fn;
+  NaN stays NaN) [nccl-run].
 
 Every error message starts with NCCL's own wording (so a regex written for NCCL matches) and may
 end with a "(simgpu: ...)" note that names the rank and the argument.
@@ -54,6 +66,11 @@ PREMUL_SUM_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, tor
 BITWISE_OPS = frozenset({RedOpType.BAND, RedOpType.BOR, RedOpType.BXOR})
 
 DTYPE_MESSAGE = "Input tensor data type is not supported for NCCL process group"
+UNCONVERTIBLE_MESSAGE = "Unconvertible NCCL type"  # torch/csrc/cuda/nccl.cpp to_nccl_data_type
+P2P_DENSE_MESSAGE = "Tensors for P2P must be non-overlapping and dense"
+# What torch 2.11 + NCCL 2.28.9 raise for an fp8 AVG all_reduce/reduce on a group of one rank.
+NCCL_INVALID_ARGUMENT = ("NCCL error in: /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3780, "
+                         "invalid argument (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9")
 CONTIGUOUS_MESSAGE = "Tensors must be contiguous"
 DENSE_MESSAGE = "Tensors must be non-overlapping and dense"
 P2P_LAYOUT_WARNING = ("Detected non-contiguous tensor in P2P operations. It is user responsibility to "
@@ -87,6 +104,13 @@ def check_dtype(t: torch.Tensor, context: str = "") -> None:
     """TypeError for dtypes outside NCCL's table (int16, uint16/32/64, fnuz fp8, ...)."""
     if t.dtype not in NCCL_DTYPES:
         raise TypeError(f"{DTYPE_MESSAGE}: {scalar_type_name(t.dtype)}{note(context)}")
+
+
+def check_dtype_unconvertible(t: torch.Tensor, context: str = "") -> None:
+    """RuntimeError for dtypes outside NCCL's table, as torch::cuda::nccl's helpers raise it
+    (ProcessGroupNCCL's gather, scatter, all_to_all and all_to_all_single go through them)."""
+    if t.dtype not in NCCL_DTYPES:
+        raise RuntimeError(f"{UNCONVERTIBLE_MESSAGE} {scalar_type_name(t.dtype)}{note(context)}")
 
 
 def is_nccl_contiguous(t: torch.Tensor) -> bool:
@@ -124,6 +148,12 @@ def check_dense(t: torch.Tensor, context: str = "") -> None:
     """ValueError unless t fills one block of memory (what all_reduce_coalesced requires)."""
     if not is_dense(t):
         raise ValueError(f"{DENSE_MESSAGE}{note(context)}; shape {tuple(t.shape)}, strides {t.stride()}")
+
+
+def check_p2p_dense(t: torch.Tensor, context: str = "") -> None:
+    """ValueError for a point-to-point tensor that is not one dense block (a strided view)."""
+    if not is_dense(t):
+        raise ValueError(f"{P2P_DENSE_MESSAGE}{note(context)}; shape {tuple(t.shape)}, strides {t.stride()}")
 
 
 _warned_p2p_layout = False
@@ -195,6 +225,7 @@ class ReducePlan:
     premul: Union[float, torch.Tensor, None] = None
     post_div: int | None = None
     nan_skip: bool = False
+    saturate: bool = False  # fp8 on NCCL: results clamp to the largest finite value (inf too), NaN stays
 
     def wire_numel(self, numel: int) -> int:
         """Length of the wire buffer for `numel` values."""
@@ -262,6 +293,9 @@ class ReducePlan:
             n = out.numel()
             all_nan = buf[n: 2 * n] == (-1 if self.gloo_op == RedOpType.MAX else 1)
             buf = buf[:n].masked_fill(all_nan, float("nan"))
+        if self.saturate:
+            top = torch.finfo(self.dtype).max
+            buf = buf.clamp(-top, top)
         if not aliased:
             out.copy_(buf.to(out.dtype).view(out.shape))
 
@@ -277,6 +311,7 @@ def plan_reduction(op: Any, dtype: torch.dtype, world_size: int, context: str = 
     check_reduce_op(op, dtype, context)
     kind = op_type(op)
     wire = torch.uint8 if dtype == torch.bool else torch.float32 if dtype in FLOAT8_DTYPES else dtype
+    saturate = dtype in FLOAT8_DTYPES and world_size > 1  # [nccl-run] e5m2 inf+1 -> 57344, e4m3fn 300*300 -> 448
     if dtype == torch.bool:
         gloo_op = {RedOpType.SUM: RedOpType.MAX, RedOpType.MAX: RedOpType.MAX,
                    RedOpType.PRODUCT: RedOpType.MIN, RedOpType.MIN: RedOpType.MIN}[kind]
@@ -284,8 +319,15 @@ def plan_reduction(op: Any, dtype: torch.dtype, world_size: int, context: str = 
     if kind == RedOpType.AVG:
         if dtype in INTEGER_DTYPES:
             return ReducePlan(dtype, wire, RedOpType.SUM, post_div=world_size)
-        return ReducePlan(dtype, wire, RedOpType.SUM, premul=1.0 / world_size)
+        return ReducePlan(dtype, wire, RedOpType.SUM, premul=1.0 / world_size, saturate=saturate)
     if kind == RedOpType.PREMUL_SUM:
         return ReducePlan(dtype, wire, RedOpType.SUM, premul=premul_factor(op))
     nan_skip = dtype in FLOAT_DTYPES and kind in (RedOpType.MIN, RedOpType.MAX)
-    return ReducePlan(dtype, wire, kind, nan_skip=nan_skip)
+    return ReducePlan(dtype, wire, kind, nan_skip=nan_skip, saturate=saturate)
+
+
+def check_fp8_avg(op: Any, dtype: torch.dtype, world_size: int) -> None:
+    """[nccl-run] all_reduce/reduce of fp8 with AVG on a group of one rank: NCCL returns
+    ncclInvalidArgument, which torch raises as DistBackendError (sizes 2 and 4 work)."""
+    if world_size == 1 and dtype in FLOAT8_DTYPES and op_type(op) == RedOpType.AVG:
+        raise torch.distributed.DistBackendError(NCCL_INVALID_ARGUMENT)

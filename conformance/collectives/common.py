@@ -51,7 +51,8 @@ def draw_layout(draw: Draw, case: Case, *tensor_shapes: tuple[int, ...]) -> str:
 
 def expect(profile: Profile, case: Case, *features: str) -> Reject | None:
     """The default support question: dtype, reduce op, layout, then collective-specific features."""
-    return profile.reject(case.collective, case.dtype, case.op, case.layout, frozenset(f for f in features if f))
+    return profile.reject(case.collective, case.dtype, case.op, case.layout, frozenset(f for f in features if f),
+                          size=case.size)
 
 
 def members_only(fn: Callable[..., Any]) -> Callable[..., Any]:
