@@ -35,6 +35,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--report-dir", default="reports", help="where the capability report (.md, .json) goes")
     group.addoption("--rank-timeout", type=float, default=60.0,
                     help="seconds one call into the ranks may take before the pool is killed and replaced")
+    group.addoption("--shrink", action="store_true", default=False,
+                    help="let hypothesis shrink failing examples on real hardware too (off by default for every "
+                         "backend but sim and gloo: shrinking one NCCL cell can run thousands of examples)")
 
 
 class ConformanceSession:

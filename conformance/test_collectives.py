@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from conformance.backends import Profile
@@ -38,6 +38,20 @@ def matrix_cells(profile: Profile | None) -> list[Cell]:
     return cells
 
 
+# Backends whose examples are cheap enough to shrink: everything else is real hardware, where one failing
+# cell shrank through thousands of examples (GPU run 2: a cell blew a 10-minute budget). --shrink turns
+# shrinking back on there.
+SHRINKING_BACKENDS = ("sim", "gloo")
+
+
+def hypothesis_settings(backend: str, effort: str, shrink: bool) -> settings:
+    """The cell's hypothesis settings: the effort profile, without the shrink phase on real hardware."""
+    base = settings.get_profile(f"simgpu-{effort}")
+    if shrink or backend in SHRINKING_BACKENDS:
+        return base
+    return settings(base, phases=tuple(p for p in base.phases if p != Phase.shrink))
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "cell" in metafunc.fixturenames:
         state = session_of(metafunc.config)
@@ -55,7 +69,7 @@ def test_collective(cell: Cell, conformance) -> None:  # noqa: ANN001 - fixture 
     sizes = _world_sizes(spec, conformance.max_world)
     known: dict[str, Finding] = {}
 
-    @settings(settings.get_profile(f"simgpu-{conformance.effort}"))
+    @hypothesis_settings(conformance.backend, conformance.effort, conformance.config.getoption("--shrink"))
     @given(data=st.data())
     def property_holds(data: st.DataObject) -> None:
         world_size = data.draw(st.sampled_from(sizes), label="world_size")
