@@ -33,9 +33,10 @@ def _on(t: Tensor) -> int:
     return -1 if index is None else index
 
 
-def _copy_to(t: Tensor, index: int | None) -> Tensor:
-    """A fresh tensor like `t` (memory format preserved) on `index`, holding t's values."""
-    out = torch.empty_like(t, memory_format=torch.preserve_format)
+def _copy_to(t: Tensor, index: int | None, memory_format: torch.memory_format = torch.preserve_format) -> Tensor:
+    """A fresh tensor like `t` on `index`, holding t's values: `.to(device)` keeps t's layout where it is dense
+    (preserve_format), comm.cpp's `at::empty(sizes, options)` is contiguous."""
+    out = torch.empty_like(t, memory_format=memory_format)
     out.copy_(t)
     if index is not None:
         devices.place(out, devices.check_index(index))
@@ -52,10 +53,12 @@ def _wrap_dim(dim: int, ndim: int) -> int:
 # ---- torch.cuda.comm ----
 def broadcast(tensor: Tensor, device_ids: Sequence[int]) -> list[Tensor]:
     with suspended():
-        for d in device_ids:
+        for d in device_ids:  # comm.cpp allocates as it checks: the first bad device decides the error
             if d < 0:
                 raise RuntimeError(f"Expected non-negative device index, but got {d}")
-        return [tensor if d == _on(tensor) else _copy_to(tensor, d) for d in device_ids]
+            if d != _on(tensor):
+                devices.check_index(d)
+        return [tensor if d == _on(tensor) else _copy_to(tensor, d, torch.contiguous_format) for d in device_ids]
 
 
 def broadcast_out(tensor: Tensor, out: Sequence[Tensor]) -> list[Tensor]:
@@ -72,22 +75,66 @@ def broadcast_out(tensor: Tensor, out: Sequence[Tensor]) -> list[Tensor]:
         return list(out)
 
 
+def take_tensors(tensors: Sequence[Tensor], size_limit: int) -> list[list[Tensor]]:
+    """torch/csrc/utils/tensor_flatten.cpp take_tensors (not fine-grained): tensors grouped by type, a group
+    closed as soon as its bytes reach size_limit; what is left, by type, at the end."""
+    chunks: list[list[Tensor]] = []
+    open_groups: dict[torch.dtype, tuple[list[Tensor], list[int]]] = {}
+    for t in tensors:
+        group, size = open_groups.setdefault(t.dtype, ([], [0]))
+        group.append(t)
+        size[0] += t.numel() * t.element_size()
+        if size[0] >= size_limit:
+            chunks.append(group)
+            del open_groups[t.dtype]
+    return chunks + [group for group, _ in open_groups.values()]
+
+
+def _reorder_like(outputs: list[Tensor], order: Sequence[Tensor]) -> list[Tensor]:
+    """utils::reorder_tensors_like: put chunk-ordered results back in the order of the inputs, type by type."""
+    by_type: dict[torch.dtype, list[Tensor]] = {}
+    for t in outputs:
+        by_type.setdefault(t.dtype, []).append(t)
+    return [by_type[t.dtype].pop(0) for t in order]
+
+
 def broadcast_coalesced(tensors: Sequence[Tensor], device_ids: Sequence[int], buffer_size: int) -> list[list[Tensor]]:
+    """comm.cpp: each chunk is flattened on devices[0], broadcast, and unflattened into views of one buffer per
+    device (detached, as `make_variable(tensor_data())`); devices[0]'s entry is the input list itself."""
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
     with suspended():
         if not device_ids:
-            raise RuntimeError("Expected at least one device")
+            raise RuntimeError("simgpu: broadcast_coalesced with no devices (comm.cpp reads devices[0] unchecked)")
         first = device_ids[0]
         if any(_on(t) != first for t in tensors):
             raise RuntimeError(f"All tensors must be on devices[0]: {first}")
-        return [list(tensors)] + [[_copy_to(t, d) for t in tensors] for d in device_ids[1:]]
+        outputs: list[list[Tensor]] = [list(tensors)] + [[] for _ in device_ids[1:]]
+        chunks = take_tensors(tensors, buffer_size)
+        for chunk in chunks:
+            flat = _flatten_dense_tensors(chunk)
+            if devices.device_of(flat) is None:
+                devices.place(flat, first)
+            copies = broadcast(flat, device_ids)
+            for i in range(1, len(device_ids)):
+                for t in _unflatten_dense_tensors(copies[i], chunk):
+                    if devices.device_of(t) is None:  # empty tensors get storages of their own
+                        devices.place(t, device_ids[i])
+                    outputs[i].append(t.data)
+        if len({t.dtype for t in tensors}) > 1:
+            outputs = [_reorder_like(o, tensors) for o in outputs]
+        return outputs
 
 
 def _check_stream(streams: Sequence[Any] | None, i: int, index: int) -> None:
+    """comm.cpp streams the stream's DeviceIndex, an int8_t, as a character: device 2 prints as "\x02", and
+    device 0's NUL ends the message there (seen on torch 2.11: "... at index 0 (was")."""
     if streams is not None and i < len(streams) and streams[i] is not None:
         got = streams[i].device_index
         if got != index:
-            raise RuntimeError(f"Expected the device associated with the stream at index {i} (was {got}) "
-                               f"to match the device supplied at that index (expected {index})")
+            message = (f"Expected the device associated with the stream at index {i} (was {chr(got % 256)}) "
+                       f"to match the device supplied at that index (expected {index})")
+            raise RuntimeError(message.split("\0", 1)[0])
 
 
 def scatter(tensor: Tensor, device_ids: Sequence[int], chunk_sizes: Sequence[int] | None, dim: int,
@@ -96,8 +143,8 @@ def scatter(tensor: Tensor, device_ids: Sequence[int], chunk_sizes: Sequence[int
         if not device_ids:
             raise RuntimeError("Expected at least one device to scatter to")
         if chunk_sizes is not None and len(chunk_sizes) != len(device_ids):
-            raise RuntimeError(f"Expected devices and chunk_sizes to be of same length, but got len(chunk_sizes) = "
-                               f"{len(chunk_sizes)} and len(devices) = {len(device_ids)}")
+            raise RuntimeError(f"Expected devices and chunk_sizes to be of same length, but got len(devices) = "
+                               f"{len(device_ids)} and len(chunk_sizes) = {len(chunk_sizes)}")
         dim = _wrap_dim(dim, tensor.dim())
         chunks = list(tensor.split_with_sizes(list(chunk_sizes), dim) if chunk_sizes is not None
                       else tensor.chunk(len(device_ids), dim))
@@ -105,6 +152,8 @@ def scatter(tensor: Tensor, device_ids: Sequence[int], chunk_sizes: Sequence[int
             index = device_ids[i]
             if index != _on(tensor):
                 _check_stream(streams, i, index)
+                if index < 0:
+                    raise RuntimeError(f"Expected non-negative device index, but got {index}")
                 chunks[i] = _copy_to(chunk, index)
         return chunks
 
@@ -137,7 +186,8 @@ def scatter_out(tensor: Tensor, out: Sequence[Tensor], dim: int, streams: Sequen
         return list(out)
 
 
-def _gather_shape(tensors: Sequence[Tensor], dim: int) -> tuple[list[int], int]:
+def _gather_shape(tensors: Sequence[Tensor], dim: int, quoted: bool) -> tuple[list[int], int]:
+    """The checks gather and gather_out share (comm.cpp); only gather_out quotes the device in its message."""
     if not tensors:
         raise RuntimeError("Expected at least one tensor to gather from")
     first = tensors[0]
@@ -146,10 +196,12 @@ def _gather_shape(tensors: Sequence[Tensor], dim: int) -> tuple[list[int], int]:
     total = 0
     for i, t in enumerate(tensors):
         if devices.device_of(t) is None:
-            raise RuntimeError(f"Expected all input tensors to be CUDA tensors, but tensor at index {i} has device {_dev(t)}")
+            where = f"'{_dev(t)}'" if quoted else _dev(t)
+            raise RuntimeError(f"Expected all input tensors to be CUDA tensors, but tensor at index {i} has device "
+                               f"{where}")
         if t.dim() != len(expected):
-            raise RuntimeError(f"Expected all input tensors to have the same number of dimensions ({len(expected)}), "
-                               f"but tensor at index {i}has {t.dim()} dimensions, ({_sizes(t)})")
+            raise RuntimeError(f"Expected all input tensors to have the same number of dimensions, but tensor at index "
+                               f"{i}has {t.dim()} dimensions, (expected {len(expected)})")
         expected[dim] = t.shape[dim]
         if list(t.shape) != expected:
             raise RuntimeError(f"Input tensor at index {i} has invalid shape {_sizes(t)}, but expected "
@@ -166,15 +218,17 @@ def _gather_into(tensors: Sequence[Tensor], out: Tensor, dim: int) -> Tensor:
 
 
 def _memory_format(tensors: Sequence[Tensor]) -> torch.memory_format:
-    formats = {torch.channels_last if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)
-               and not t.is_contiguous() else torch.contiguous_format for t in tensors}
+    """gather's result layout: the first tensor's suggested memory format, if every input suggests the same."""
+    from torch._prims_common import suggest_memory_format
+
+    formats = {suggest_memory_format(t) for t in tensors}
     return formats.pop() if len(formats) == 1 else torch.contiguous_format
 
 
 def gather(tensors: Sequence[Tensor], dim: int, destination: int | None) -> Tensor:
     with suspended():
-        shape, dim = _gather_shape(tensors, dim)
-        out = torch.empty(shape, dtype=tensors[0].dtype).contiguous(memory_format=_memory_format(tensors))
+        shape, dim = _gather_shape(tensors, dim, quoted=False)
+        out = torch.empty(shape, dtype=tensors[0].dtype, memory_format=_memory_format(tensors))
         if destination != -1:
             devices.place(out, devices.current() if destination is None else devices.check_index(destination))
         return _gather_into(tensors, out, dim)
@@ -182,7 +236,7 @@ def gather(tensors: Sequence[Tensor], dim: int, destination: int | None) -> Tens
 
 def gather_out(tensors: Sequence[Tensor], out: Tensor, dim: int) -> Tensor:
     with suspended():
-        shape, dim = _gather_shape(tensors, dim)
+        shape, dim = _gather_shape(tensors, dim, quoted=True)
         if list(out.shape) != shape:
             raise RuntimeError(f"Expected out tensor to have shape [{', '.join(map(str, shape))}], but got {_sizes(out)}")
         return _gather_into(tensors, out, dim)
@@ -192,7 +246,35 @@ def gather_out(tensors: Sequence[Tensor], out: Tensor, dim: int) -> Tensor:
 NCCL_TYPES = {torch.float32, torch.float16, torch.float64, torch.int64, torch.int32, torch.int8, torch.uint8,
               torch.bfloat16, torch.bool, torch.float8_e5m2, torch.float8_e4m3fn}
 RAW_BYTES = {torch.bool, torch.float8_e5m2, torch.float8_e4m3fn}  # NCCL moves these as ncclUint8
+for _name in ("float8_e4m3fnuz", "float8_e5m2fnuz"):  # nccl.cpp maps these to ncclUint8 too
+    if hasattr(torch, _name):
+        NCCL_TYPES.add(getattr(torch, _name))
+        RAW_BYTES.add(getattr(torch, _name))
 SUM, PROD, MAX, MIN, AVG = range(5)
+# c10::ScalarType names, as "Unconvertible NCCL type <name>" prints them
+SCALAR_TYPE_NAMES = {"int16": "Short", "uint16": "UInt16", "uint32": "UInt32", "uint64": "UInt64",
+                     "complex32": "ComplexHalf", "complex64": "ComplexFloat", "complex128": "ComplexDouble",
+                     "qint8": "QInt8", "quint8": "QUInt8", "qint32": "QInt32"}
+
+
+def _scalar_type_name(dtype: torch.dtype) -> str:
+    name = str(dtype).removeprefix("torch.")
+    return SCALAR_TYPE_NAMES.get(name, name[:1].upper() + name[1:])
+
+
+def _extract_tensors(seq: Sequence[Any]) -> list[Tensor]:
+    """python_nccl.cpp extract_tensors: every element must be a tensor (TypeError otherwise)."""
+    tensors = list(seq)
+    for i, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"expected Tensor at {i} (got {type(t).__name__})")
+    return tensors
+
+
+def _check_streams(streams: Sequence[Any] | None, count: int) -> None:
+    """python_nccl.cpp unpack_streams: None, or one stream (or None) per input."""
+    if streams is not None and len(list(streams)) != count:
+        raise RuntimeError("number of streams is not equal to number of inputs")
 
 
 def _check_one(t: Tensor, dtype: torch.dtype) -> None:
@@ -205,6 +287,7 @@ def _check_one(t: Tensor, dtype: torch.dtype) -> None:
 
 
 def _check_inputs(inputs: Sequence[Tensor], outputs: Sequence[Tensor | None], in_mult: int, out_mult: int) -> None:
+    """nccl.cpp check_inputs, then to_nccl_data_type (the dtype is checked last, as there)."""
     if len(inputs) == 0:
         raise RuntimeError("input sequence can't be empty")
     if len(inputs) != len(outputs):
@@ -226,13 +309,14 @@ def _check_inputs(inputs: Sequence[Tensor], outputs: Sequence[Tensor | None], in
             raise RuntimeError("inputs must be on unique devices")
         seen.add(_on(inp))
     if dtype not in NCCL_TYPES:
-        raise TypeError(f"Unconvertible NCCL type {str(dtype).removeprefix('torch.').capitalize()}")
+        raise RuntimeError(f"Unconvertible NCCL type {_scalar_type_name(dtype)}")
 
 
 def _reduce(tensors: Sequence[Tensor], op: int) -> Tensor:
     """NCCL's reduction of equally sized tensors, flattened; raw-byte dtypes reduce as uint8."""
     if op not in (SUM, PROD, MAX, MIN, AVG):
-        raise RuntimeError(f"simgpu: unknown raw NCCL reduction op {op} (0 SUM, 1 PROD, 2 MAX, 3 MIN, 4 AVG)")
+        raise RuntimeError("NCCL Error 4: invalid argument (run with NCCL_DEBUG=WARN for details) "
+                           f"(simgpu: raw NCCL reduction op {op}; 0 SUM, 1 PROD, 2 MAX, 3 MIN, 4 AVG)")
     dtype = tensors[0].dtype
     flat = [t.reshape(-1).view(torch.uint8) if dtype in RAW_BYTES else t.reshape(-1) for t in tensors]
     n = len(flat)
@@ -255,11 +339,17 @@ def _reduce(tensors: Sequence[Tensor], op: int) -> Tensor:
 
 
 def _write(out: Tensor, flat: Tensor) -> None:
-    out.view(-1).copy_(flat.view(out.dtype) if flat.dtype != out.dtype else flat)
+    """Store a result as NCCL does, byte for byte: raw-byte dtypes keep the uint8 result (a bool may hold 3)."""
+    if out.dtype in RAW_BYTES:
+        out.view(-1).view(torch.uint8).copy_(flat.view(torch.uint8))
+    else:
+        out.view(-1).copy_(flat)
 
 
 def nccl_all_reduce(inputs: Sequence[Tensor], outputs: Sequence[Tensor], op: int, streams: Any, comms: Any) -> None:
     with suspended():
+        inputs, outputs = _extract_tensors(inputs), _extract_tensors(outputs)
+        _check_streams(streams, len(inputs))
         _check_inputs(inputs, outputs, 1, 1)
         result = _reduce(inputs, op)
         for out in outputs:
@@ -268,27 +358,37 @@ def nccl_all_reduce(inputs: Sequence[Tensor], outputs: Sequence[Tensor], op: int
 
 def nccl_reduce(inputs: Sequence[Tensor], output: Tensor, root: int, op: int, streams: Any, comms: Any) -> None:
     with suspended():
+        inputs = _extract_tensors(inputs)
+        if not isinstance(output, torch.Tensor):
+            raise TypeError(f"expected Tensor (got {type(output).__name__})")
+        _check_streams(streams, len(inputs))
         if not 0 <= root < len(inputs):
-            raise IndexError(f"simgpu: root {root} out of range for {len(inputs)} inputs")
+            raise RuntimeError("invalid root")
         _check_inputs(inputs, [output if i == root else None for i in range(len(inputs))], 1, 1)
         _write(output, _reduce(inputs, op))
 
 
 def nccl_broadcast(inputs: Sequence[Tensor], root: int, streams: Any, comms: Any) -> None:
+    """python_nccl.cpp checks `root` and then drops it: nccl.cpp's broadcast calls ncclBcast with root 0, so
+    every tensor receives inputs[0] whatever root says (pytorch/pytorch#179908, torch 2.9 to 2.13 at least)."""
     with suspended():
-        _check_inputs(inputs, inputs, 1, 1)
+        inputs = _extract_tensors(inputs)
         if not 0 <= root < len(inputs):
-            raise IndexError(f"simgpu: root {root} out of range for {len(inputs)} inputs")
-        source = inputs[root].clone()
-        for i, t in enumerate(inputs):
-            if i != root:
-                t.copy_(source)
+            raise RuntimeError("invalid root")
+        _check_streams(streams, len(inputs))
+        _check_inputs(inputs, inputs, 1, 1)
+        source = inputs[0].reshape(-1).clone()
+        for t in inputs[1:]:
+            _write(t, source)
 
 
 def nccl_all_gather(inputs: Sequence[Tensor], outputs: Sequence[Tensor], streams: Any, comms: Any) -> None:
     with suspended():
+        inputs, outputs = _extract_tensors(inputs), _extract_tensors(outputs)
+        _check_streams(streams, len(inputs))
         _check_inputs(inputs, outputs, len(inputs), 1)
-        gathered = torch.cat([t.reshape(-1) for t in inputs])
+        raw = inputs[0].dtype in RAW_BYTES
+        gathered = torch.cat([t.reshape(-1).view(torch.uint8) if raw else t.reshape(-1) for t in inputs])
         for out in outputs:
             _write(out, gathered)
 
@@ -296,6 +396,8 @@ def nccl_all_gather(inputs: Sequence[Tensor], outputs: Sequence[Tensor], streams
 def nccl_reduce_scatter(inputs: Sequence[Tensor], outputs: Sequence[Tensor], op: int, streams: Any,
                         comms: Any) -> None:
     with suspended():
+        inputs, outputs = _extract_tensors(inputs), _extract_tensors(outputs)
+        _check_streams(streams, len(inputs))
         _check_inputs(inputs, outputs, 1, len(inputs))
         chunks = _reduce(inputs, op).chunk(len(inputs))
         for out, chunk in zip(outputs, chunks):

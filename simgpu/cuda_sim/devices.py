@@ -24,6 +24,11 @@ MEMORY_ENV = "SIMGPU_GPU_MEMORY_GB"
 DEFAULT_MEMORY_GB = 141  # an H200's HBM, reported by get_device_properties
 
 
+# What CUDA builds raise for a CUDA error: torch.AcceleratorError (a RuntimeError) where torch has it
+# (seen on torch 2.11 for an invalid device ordinal), RuntimeError before.
+CUDA_ERROR: type = getattr(torch, "AcceleratorError", RuntimeError)
+
+
 class SimulationError(RuntimeError):
     """Something a CUDA program does that the simulator cannot do on CPU: one line says what."""
 
@@ -111,8 +116,8 @@ def check_index(index: int) -> int:
     """A logical device index that exists, or the error CUDA gives, with the simulator's numbers."""
     n = count()
     if not isinstance(index, int) or not 0 <= index < n:
-        raise RuntimeError(f"CUDA error: invalid device ordinal (simgpu: cuda:{index} requested, "
-                           f"{n} simulated GPU{'s' if n != 1 else ''} visible; simgpu run --gpus N sets how many)")
+        raise CUDA_ERROR(f"CUDA error: invalid device ordinal (simgpu: cuda:{index} requested, "
+                         f"{n} simulated GPU{'s' if n != 1 else ''} visible; simgpu run --gpus N sets how many)")
     return index
 
 

@@ -145,6 +145,10 @@ def _to(func: Callable, args: tuple, kwargs: dict) -> torch.Tensor:
         rest.insert(0, other.dtype)
     elif rest and (isinstance(rest[0], (str, torch.device)) or (isinstance(rest[0], int) and not isinstance(rest[0], bool))):
         target = _target(rest.pop(0))
+        kwargs.update(zip(("dtype", "non_blocking", "copy"), rest))  # what followed the device, by name
+        rest = []
+        if "dtype" in kwargs and kwargs["dtype"] is None:  # nn.Module.to passes dtype=None for int tensors
+            del kwargs["dtype"]
     if "device" in kwargs:
         target = _target(kwargs.pop("device"))
     converted = func(self, *rest, **kwargs)  # dtype, copy, memory_format, on the host storage
@@ -228,6 +232,7 @@ _SPECIAL: dict[Any, Callable[[Callable, tuple, dict], Any]] = {
     TensorBase.is_pinned: _is_pinned,
     TensorBase.record_stream: _record_stream,
     TensorBase.__getitem__: _same_device_of_self,
+    torch._C._nn.unflatten_dense_tensors: _same_device_of_self,  # the tensors only give shapes; views of flat
     TensorBase.__setitem__: _untouched,
     TensorBase.index_put_: _untouched,
 }
