@@ -13,6 +13,7 @@ import pytest
 
 from conformance.backends import BUILTIN_BACKENDS, Profile, profile_for
 from conformance.report import CapabilityReport
+from conformance.spec import CollectiveSpec
 from simgpu.pool import Binding, RankPool
 
 PROFILES = {"ci": 4, "dev": 15, "thorough": 150}  # hypothesis examples per matrix cell
@@ -38,23 +39,45 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--shrink", action="store_true", default=False,
                     help="let hypothesis shrink failing examples on real hardware too (off by default for every "
                          "backend but sim and gloo: shrinking one NCCL cell can run thousands of examples)")
+    group.addoption("--attach", default=None, metavar="HOST:PORT",
+                    help="use ranks started by torchrun (-m simgpu.attach --controller HOST:PORT) instead of "
+                         "forking them here; listen on this address (docs/multinode.md)")
+    group.addoption("--attach-world-size", type=int, default=None, metavar="N",
+                    help="with --attach: how many ranks torchrun starts (WORLD_SIZE); the only world size drawn")
+    group.addoption("--attach-timeout", type=float, default=300.0,
+                    help="with --attach: seconds to wait for torchrun's ranks to connect (default 300)")
 
 
 class ConformanceSession:
-    """Per-process state: the backend under test, its table, warm pools per world size, the report."""
+    """Per-process state: the backend under test, its table, warm pools per world size, the report.
+
+    nccl: the pools bind ranks to this process's GPU lease (realgpu.leases), so xdist workers never
+    share a GPU and the largest world drawn is what the lease holds. --attach: the ranks come from
+    torchrun (simgpu.attach) and the one world size drawn is theirs.
+    """
 
     def __init__(self, config: pytest.Config):
         self.config = config
         self.backend: str = config.getoption("--backend")
         self.backend_module: str | None = config.getoption("--backend-module")
         self.profile: Profile | None = profile_for(self.backend)
-        max_world = config.getoption("--max-world-size") or DEFAULT_MAX_WORLD
-        if not 1 <= max_world <= 8:
-            raise pytest.UsageError(f"--max-world-size must be between 1 and 8, got {max_world}")
-        self.max_world = max_world
         self.effort = _effort(config)
         self.timeout = config.getoption("--rank-timeout")
         self.pools: dict[int, RankPool] = {}
+        self.attached: Any = _attached_ranks(config)
+        self.lease: Any = None
+        if self.attached is not None:
+            self.max_world: int = config.getoption("--attach-world-size")
+        else:
+            max_world = config.getoption("--max-world-size") or DEFAULT_MAX_WORLD
+            if not 1 <= max_world <= 8:
+                raise pytest.UsageError(f"--max-world-size must be between 1 and 8, got {max_world}")
+            if self.backend == "nccl":
+                from realgpu.leases import worker_lease
+
+                self.lease = worker_lease()
+                max_world = min(max_world, self.lease.held)
+            self.max_world = max_world
         table = self.profile.description if self.profile else "no table: support is probed per combination"
         self.report = CapabilityReport(self.backend, table)
 
@@ -62,19 +85,57 @@ class ConformanceSession:
     def examples(self) -> int:
         return PROFILES[self.effort]
 
+    def world_sizes(self, spec: CollectiveSpec) -> list[int]:
+        """The world sizes to draw for a collective; skips the test when this process cannot run it."""
+        if self.attached is not None:
+            if spec.min_world > self.max_world:
+                pytest.skip(f"{spec.name} needs at least {spec.min_world} ranks; the attached world has {self.max_world}")
+            return [self.max_world]
+        if self.lease is not None:
+            from realgpu.leases import shortfall
+
+            reason = shortfall(spec.min_world, self.lease)
+            if reason:
+                pytest.skip(reason)
+        return list(range(spec.min_world, self.max_world + 1)) or [spec.min_world]
+
     def binding(self) -> Binding:
-        device = "cuda" if self.backend == "nccl" else "cpu"
-        return Binding(self.backend, self.backend_module, device)
+        if self.backend != "nccl":
+            return Binding(self.backend, self.backend_module, "cpu")
+        from realgpu import NCCL_SAFE_ENV
+
+        env = tuple(NCCL_SAFE_ENV.items()) if self.lease is None else self.lease.env()
+        return Binding(self.backend, self.backend_module, "cuda", env=env)
 
     def pool(self, world_size: int) -> RankPool:
         if world_size not in self.pools:
-            self.pools[world_size] = RankPool(world_size, self.binding(), timeout=self.timeout)
+            self.pools[world_size] = RankPool(world_size, self.binding(), timeout=self.timeout, source=self.attached)
         return self.pools[world_size]
 
     def close(self) -> None:
         for pool in self.pools.values():
             pool.close()
         self.pools.clear()
+        if self.attached is not None:
+            self.attached.close()
+
+
+def _attached_ranks(config: pytest.Config) -> Any:
+    """The listener for torchrun's ranks (simgpu.attach) when --attach is given, else None."""
+    address = config.getoption("--attach")
+    if address is None:
+        return None
+    if not config.getoption("--attach-world-size") or config.getoption("--attach-world-size") < 1:
+        raise pytest.UsageError("--attach needs --attach-world-size N: the WORLD_SIZE torchrun starts")
+    if getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
+        raise pytest.UsageError("--attach cannot be combined with pytest-xdist (-n): one controller serves "
+                                "one torchrun world")
+    from simgpu.attach import AttachedRanks, AttachError
+
+    try:
+        return AttachedRanks(address, connect_timeout=config.getoption("--attach-timeout"))
+    except AttachError as exc:
+        raise pytest.UsageError(f"--attach: {exc}") from None
 
 
 def _effort(config: pytest.Config) -> str:
@@ -85,8 +146,11 @@ def _effort(config: pytest.Config) -> str:
     return chosen
 
 
-def check_backend(backend: str, backend_module: str | None) -> None:
-    """Fail at start-up, in one line, for a backend name that cannot work here."""
+def check_backend(backend: str, backend_module: str | None, local_ranks: bool = True) -> None:
+    """Fail at start-up, in one line, for a backend name that cannot work here.
+
+    local_ranks: False when the ranks run elsewhere (--attach): this host's GPUs do not matter.
+    """
     if backend_module:
         try:
             importlib.import_module(backend_module)
@@ -94,7 +158,7 @@ def check_backend(backend: str, backend_module: str | None) -> None:
             raise pytest.UsageError(f"--backend-module {backend_module!r} failed to import: "
                                     f"{type(exc).__name__}: {exc}") from None
     if backend in BUILTIN_BACKENDS:
-        if backend == "nccl":
+        if backend == "nccl" and local_ranks:
             from realgpu import require_gpus
 
             require_gpus(2)
@@ -111,10 +175,11 @@ def check_backend(backend: str, backend_module: str | None) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "conformance: a conformance property test (one matrix cell)")
+    if _runs_conformance(config):
+        check_backend(config.getoption("--backend"), config.getoption("--backend-module"),
+                      local_ranks=config.getoption("--attach") is None)
     session = ConformanceSession(config)
     config.stash[_SESSION] = session
-    if _runs_conformance(config):
-        check_backend(session.backend, session.backend_module)
     _register_hypothesis_profiles()
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistReportMerger(session), "simgpu-xdist-merger")

@@ -17,7 +17,7 @@ from conformance.findings import Finding, known_finding
 from conformance.dtypes import DTYPES
 from conformance.oracle import REDUCE_OPS
 from conformance.plugin import session_of
-from conformance.spec import Cell, CollectiveSpec, all_specs
+from conformance.spec import Cell, all_specs
 
 
 def matrix_cells(profile: Profile | None) -> list[Cell]:
@@ -59,14 +59,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("cell", cells, ids=[c.id() for c in cells])
 
 
-def _world_sizes(spec: CollectiveSpec, max_world: int) -> list[int]:
-    return list(range(spec.min_world, max_world + 1)) or [spec.min_world]
-
-
 @pytest.mark.conformance
 def test_collective(cell: Cell, conformance) -> None:  # noqa: ANN001 - fixture from the plugin
     spec = all_specs()[cell.collective]
-    sizes = _world_sizes(spec, conformance.max_world)
+    sizes = conformance.world_sizes(spec)
     known: dict[str, Finding] = {}
 
     @hypothesis_settings(conformance.backend, conformance.effort, conformance.config.getoption("--shrink"))

@@ -9,6 +9,9 @@ Design (shared/design.md, principles 2-4, 6-7):
 - Each rank runs in its own session with a parent-death signal, so nothing outlives the
   fork server, and the fork server exits when the controller does.
 - Rendezvous uses a TCPStore on a kernel-assigned port owned by rank 0: no fixed ports, no files.
+- Where the ranks come from is a rank source: forked here (ForkedRanks, the default), or started
+  elsewhere by torchrun and connected back (simgpu.attach.AttachedRanks). Calls, deadlines and
+  error collection are the same for both.
 """
 from __future__ import annotations
 
@@ -18,9 +21,9 @@ import multiprocessing.spawn as mp_spawn
 import os
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 _PRELOAD = ["torch", "torch.distributed", "simgpu.rank"]
 _context: Any = None
@@ -134,10 +137,89 @@ class RankPoolError(RuntimeError):
 @dataclass
 class _Rank:
     rank: int
-    process: Any
+    process: Any  # a handle: LocalProcess here, or a rank source's own (see LocalProcess for the methods)
     conn: Connection
     diag: Connection
-    exitcode_note: str = field(default="")
+
+
+class LocalProcess:
+    """Handle of a rank forked on this host: the pool waits on, signals and kills it by pid."""
+
+    stack_wait = 0.3  # seconds for faulthandler's stack to arrive after request_stack()
+
+    def __init__(self, process: Any):
+        self.process = process
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def sentinels(self) -> list[Any]:
+        return [self.process.sentinel]
+
+    def is_alive(self) -> bool:
+        return self.process.is_alive()
+
+    def join(self, timeout: float) -> None:
+        self.process.join(timeout)
+
+    def exit_note(self) -> str:
+        return _exit_note(self.process)
+
+    def request_stack(self) -> None:
+        """faulthandler (registered on SIGUSR1 by the rank) writes every thread's stack to the diag pipe."""
+        try:
+            os.kill(self.process.pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            pass
+
+    def kill(self) -> None:
+        _kill_tree(self.process.pid)
+        self.process.join(5.0)
+
+
+class RankSource(Protocol):
+    """Where a pool's ranks come from: launch() hands over connected ranks, handshake() gets them to init."""
+
+    def launch(self, world_size: int, binding: Binding) -> list[_Rank]: ...
+
+    def handshake(self, ranks: list[_Rank], binding: Binding, expect: Callable[[int, str, float], Any]) -> None: ...
+
+
+class ForkedRanks:
+    """The default rank source: rank processes forked here from the fork server."""
+
+    def launch(self, world_size: int, binding: Binding) -> list[_Rank]:
+        from simgpu import rank as rank_module
+
+        ctx = _forkserver_context()
+        ranks: list[_Rank] = []
+        try:
+            for r in range(world_size):
+                parent, child = ctx.Pipe(duplex=True)
+                diag_r, diag_w = ctx.Pipe(duplex=False)
+                proc = ctx.Process(
+                    target=rank_module.rank_main,
+                    args=(r, world_size, binding, child, diag_w),
+                    name=f"simgpu-rank{r}",
+                    daemon=True,
+                )
+                with _without_main_reimport():
+                    proc.start()
+                child.close()
+                diag_w.close()
+                ranks.append(_Rank(r, LocalProcess(proc), parent, diag_r))
+        except BaseException:
+            for rk in ranks:
+                rk.process.kill()
+            raise
+        return ranks
+
+    def handshake(self, ranks: list[_Rank], binding: Binding, expect: Callable[[int, str, float], Any]) -> None:
+        """Rank 0 owns the TCPStore on a kernel-assigned port; pass its port to the others."""
+        port = expect(0, "store_port", binding.init_timeout)
+        for rk in ranks[1:]:
+            rk.conn.send(("store_port", port))
 
 
 class RankPool:
@@ -147,16 +229,19 @@ class RankPool:
     returns every rank's RankOutcome. Ranks that raise are reported, not fatal (unless the error
     poisons the process group: then the ranks are replaced before the next call); a crash or
     hang raises RankPoolError after the pool has been killed.
+    source: where the ranks come from: forked here (default), or simgpu.attach.AttachedRanks
+    for ranks that torchrun started on any number of hosts.
     """
 
     def __init__(self, world_size: int, binding: Binding = Binding(), *, timeout: float = 60.0,
-                 straggler_grace: float = 5.0):
+                 straggler_grace: float = 5.0, source: RankSource | None = None):
         if world_size < 1:
             raise ValueError(f"world_size must be >= 1, got {world_size}")
         self.world_size = world_size
         self.binding = binding
         self.timeout = timeout
         self.straggler_grace = straggler_grace
+        self.source: RankSource = source if source is not None else ForkedRanks()
         self._ranks: list[_Rank] = []
         self.starts = 0
         self.calls = 0
@@ -167,42 +252,21 @@ class RankPool:
         return bool(self._ranks)
 
     def start(self) -> None:
-        """Fork the ranks and initialise their process group (bounded by binding.init_timeout)."""
+        """Get the ranks from the source and initialise their process group (bounded by binding.init_timeout)."""
         if self._ranks:
             return
-        from simgpu import rank as rank_module
-
-        ctx = _forkserver_context()
-        ranks = []
         try:
-            for r in range(self.world_size):
-                parent, child = ctx.Pipe(duplex=True)
-                diag_r, diag_w = ctx.Pipe(duplex=False)
-                proc = ctx.Process(
-                    target=rank_module.rank_main,
-                    args=(r, self.world_size, self.binding, child, diag_w),
-                    name=f"simgpu-rank{r}",
-                    daemon=True,
-                )
-                with _without_main_reimport():
-                    proc.start()
-                child.close()
-                diag_w.close()
-                ranks.append(_Rank(r, proc, parent, diag_r))
-            self._ranks = ranks
-            port = self._expect(0, "store_port", self.binding.init_timeout)
-            for rk in ranks[1:]:
-                rk.conn.send(("store_port", port))
+            self._ranks = self.source.launch(self.world_size, self.binding)
+            self.source.handshake(self._ranks, self.binding, self._expect)
             self._collect_ready()
         except BaseException:
-            self._ranks = ranks
             self.close(force=True)
             raise
         self.starts += 1
 
     def _expect(self, rank: int, tag: str, timeout: float) -> Any:
         rk = self._ranks[rank]
-        ready = wait([rk.conn, rk.process.sentinel], timeout)
+        ready = wait([rk.conn, *rk.process.sentinels()], timeout)
         msg = _recv_or_none(rk.conn) if rk.conn in ready else None
         if msg is not None:
             if msg[0] == tag:
@@ -212,7 +276,7 @@ class RankPool:
                                    [rank], msg[2])
         if ready:
             rk.process.join(1.0)
-            self._start_failed(f"rank {rank} died during start-up (exit code {rk.process.exitcode})", [rank], None)
+            self._start_failed(f"rank {rank} died during start-up ({rk.process.exit_note()})", [rank], None)
         self._start_failed(f"rank {rank} did not start within {timeout:.0f}s", [rank], None)
 
     def _collect_ready(self) -> None:
@@ -220,7 +284,7 @@ class RankPool:
         deadline = time.monotonic() + self.binding.init_timeout
         while pending:
             left = deadline - time.monotonic()
-            ready = wait(list(pending) + [rk.process.sentinel for rk in pending.values()], max(left, 0))
+            ready = wait(list(pending) + [s for rk in pending.values() for s in rk.process.sentinels()], max(left, 0))
             if not ready:
                 self._start_failed(
                     f"ranks {sorted(rk.rank for rk in pending.values())} did not finish init_process_group"
@@ -235,9 +299,9 @@ class RankPool:
                         f"rank {rk.rank} failed to initialise backend {self.binding.backend!r}: {msg[1]}",
                         [rk.rank], msg[2])
             for rk in list(pending.values()):
-                if rk.process.sentinel in ready and not rk.conn.poll():
+                if any(s in ready for s in rk.process.sentinels()) and not rk.conn.poll():
                     self._start_failed(f"rank {rk.rank} died during init_process_group"
-                                       f" (exit code {rk.process.exitcode})", [rk.rank], None)
+                                       f" ({rk.process.exit_note()})", [rk.rank], None)
 
     def _start_failed(self, summary: str, cause: list[int], tb: str | None) -> None:
         stacks = self._dump_stacks([rk for rk in self._ranks if rk.rank not in cause])
@@ -261,8 +325,7 @@ class RankPool:
             for rk in ranks:
                 rk.process.join(max(deadline - time.monotonic(), 0))
         for rk in ranks:
-            _kill_tree(rk.process.pid)
-            rk.process.join(5.0)
+            rk.process.kill()
             rk.conn.close()
             rk.diag.close()
 
@@ -302,7 +365,7 @@ class RankPool:
         while pending:
             now = time.monotonic()
             limit = deadline if first_error_at is None else min(deadline, first_error_at + self.straggler_grace)
-            waitables = list(pending) + [rk.process.sentinel for rk in pending.values()]
+            waitables = list(pending) + [s for rk in pending.values() for s in rk.process.sentinels()]
             ready = wait(waitables, max(limit - now, 0))
             if not ready:
                 waiting = sorted(rk.rank for rk in pending.values())
@@ -326,13 +389,13 @@ class RankPool:
                     error_order.append(rk.rank)
                     if first_error_at is None:
                         first_error_at = time.monotonic()
-            dead += [rk for rk in pending.values()
-                     if rk not in dead and rk.process.sentinel in ready and not rk.conn.poll()]
+            dead += [rk for rk in pending.values() if rk not in dead
+                     and any(s in ready for s in rk.process.sentinels()) and not rk.conn.poll()]
             if dead:
                 for rk in dead:
                     rk.process.join(1.0)
                 dead_ranks = sorted(rk.rank for rk in dead)
-                notes = ", ".join(f"rank {rk.rank} {_exit_note(rk.process)}" for rk in dead)
+                notes = ", ".join(f"rank {rk.rank} {rk.process.exit_note()}" for rk in dead)
                 self._break("crash", notes, error_order + dead_ranks,
                             sorted(set(range(self.world_size)) - set(dead_ranks) - set(error_order)), outcomes)
         if any(o is not None and o.poisoned for o in outcomes):
@@ -347,13 +410,10 @@ class RankPool:
         raise RankPoolError(kind, summary, cause, collateral, stacks, outcomes)
 
     def _dump_stacks(self, ranks: list[_Rank]) -> dict[int, str]:
-        """Ask each live rank for its Python stack (faulthandler on SIGUSR1) and read it back."""
+        """Ask each live rank for its Python stack (faulthandler) and read it back from its diag channel."""
         for rk in ranks:
-            try:
-                os.kill(rk.process.pid, signal.SIGUSR1)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.3 if ranks else 0)
+            rk.process.request_stack()
+        time.sleep(max((rk.process.stack_wait for rk in ranks), default=0))
         stacks = {}
         for rk in ranks:
             chunks = []
