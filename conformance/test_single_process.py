@@ -20,6 +20,7 @@ from conformance.comm.worker import run_cases
 from conformance.findings import Finding, known_finding
 from conformance.single_process import BACKENDS, DeviceSetup, SingleProcessWorker
 from conformance.spec import Cell
+from conformance.test_collectives import hypothesis_settings  # no shrinking on real hardware (--shrink)
 
 FAILING = ("FAIL", "should-work", "broken")
 TESTS = {"test_comm": "comm", "test_nccl": "nccl", "test_single_process_training": "training"}  # test -> cells
@@ -87,7 +88,7 @@ def check_cell(test: str, cell: SPCell, conformance: Any, worker: SingleProcessW
     def record(variant: str, outcome: str, detail: str) -> None:
         conformance.report.record(cell.api, cell.dtype, cell.op, variant, outcome, detail)
 
-    @settings(settings.get_profile(f"simgpu-{conformance.effort}"))
+    @settings(hypothesis_settings(conformance.backend, conformance.effort, conformance.config.getoption("--shrink")))
     @given(data=st.data())
     def property_holds(data: st.DataObject) -> None:
         cases = cell.draw(data.draw, n, cell)
