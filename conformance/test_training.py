@@ -1,0 +1,45 @@
+"""Training-level properties: DistributedDataParallel against one process on the whole batch.
+
+One test per property x dtype (`-k ddp` selects them all, `-k "ddp_no_sync-float32"` one). Hypothesis
+draws world size, model, batch (divisible by the world size or not), optimizer, steps and DDP
+options here, in the controller; every rank of the session's warm pool trains the case; the float64
+NumPy reference (conformance/training/oracle.py) and check.py decide. docs/training-properties.md
+states the properties and the tolerances.
+"""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.test_collectives import hypothesis_settings  # no shrinking on real hardware (--shrink)
+from conformance.training.driver import execute_training
+from conformance.training.properties import PROPERTIES
+
+DTYPES = ("float32", "float64")
+CELLS = [(name, dtype) for name in PROPERTIES for dtype in DTYPES]
+
+
+@pytest.mark.conformance
+@pytest.mark.parametrize(("name", "dtype"), CELLS, ids=[f"{n}-{d}" for n, d in CELLS])
+def test_training_property(name: str, dtype: str, conformance) -> None:  # noqa: ANN001 - plugin fixture
+    prop = PROPERTIES[name]
+    sizes = conformance.world_sizes(prop)  # reads .name and .min_world, as of a CollectiveSpec
+
+    @hypothesis_settings(conformance.backend, conformance.effort, conformance.config.getoption("--shrink"))
+    @given(data=st.data())
+    def property_holds(data: st.DataObject) -> None:
+        world_size = data.draw(st.sampled_from(sizes), label="world_size")
+        case = prop.cases(data.draw, world_size, dtype)
+        run = execute_training(conformance.pool(world_size), prop, case, conformance.profile)
+        conformance.report.record(name, dtype, case.optimizer.name, run.result.layout, run.result.outcome,
+                                  run.result.detail)
+        if run.result.failed:
+            module = f" --backend-module={conformance.backend_module}" if conformance.backend_module else ""
+            reproduce = (f"pytest conformance --backend={conformance.backend}{module} -k '{name}-{dtype}'"
+                         f" --conformance-profile={conformance.effort}")
+            raise AssertionError(f"{run.result.outcome}: {prop.doc}\n" + "\n".join(f"  {ln}" for ln in run.lines)
+                                 + f"\n  case: {case.summary()}\n  reproduce: {reproduce} "
+                                 f"(hypothesis prints the seed / @reproduce_failure below)")
+
+    property_holds()
