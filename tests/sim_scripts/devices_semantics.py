@@ -66,4 +66,7 @@ cpu_draw = torch.randn(4)
 torch.manual_seed(3)
 assert torch.equal(torch.randn(4, device="cuda:0").cpu(), a.cpu()), "same seed, same GPU values"
 assert torch.equal(torch.randn(4), cpu_draw), "GPU draws leave the host generator alone"
+# nn.Module.to passes (device, dtype=None, ...) positionally
+m2 = torch.nn.Linear(3, 2).to("cuda:1")
+assert m2.weight.get_device() == 1 and m2.to(dtype=torch.float64).weight.get_device() == 1
 print("OK devices_semantics")
