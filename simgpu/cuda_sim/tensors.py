@@ -92,17 +92,14 @@ def _put_outputs(out: Any, target: Any, inputs: list[torch.Tensor]) -> Any:
     if target is None:
         return out
     index = None if target == _HOST else target
-    input_storages = {id(t.untyped_storage()): devices.device_of(t) for t in inputs}
+    input_storages = {id(t.untyped_storage()) for t in inputs}
 
     def put(x: Any) -> Any:
         if not isinstance(x, torch.Tensor) or x.layout != torch.strided:
             return x
-        storage = x.untyped_storage()
-        if id(storage) in input_storages and input_storages[id(storage)] != index:
+        placed = devices.device_of(x)
+        if placed != index and (placed is not None or id(x.untyped_storage()) in input_storages):
             x = x.clone(memory_format=torch.preserve_format)
-        elif devices.device_of(x) != index:
-            if devices.device_of(x) is not None:
-                x = x.clone(memory_format=torch.preserve_format)
         if index is not None:
             devices.place(x, index)
         return x
@@ -154,16 +151,7 @@ def _to(func: Callable, args: tuple, kwargs: dict) -> torch.Tensor:
     converted = func(self, *rest, **kwargs)  # dtype, copy, memory_format, on the host storage
     if target is None:  # a dtype or layout change stays on the tensor's device
         target = devices.device_of(self)
-        if target is None:
-            return converted
-    index = None if target == _HOST else target
-    if converted.untyped_storage() is self.untyped_storage():
-        if devices.device_of(self) == index:
-            return converted
-        converted = converted.clone(memory_format=torch.preserve_format)  # a transfer never aliases
-    if index is not None:
-        devices.place(converted, index)
-    return converted
+    return _put_outputs(converted, target, [self])
 
 
 def _type_as(func: Callable, args: tuple, kwargs: dict) -> torch.Tensor:
