@@ -4,6 +4,8 @@ One entry per collective (design.md principle 1), in conformance/collectives/<na
   cases(draw, world_size, cell, profile)  hypothesis: draw one Case for this cell
   run(ctx, case)                          on every rank: build tensors, call torch.distributed, return outputs
   check(case, outputs, flavor)            NumPy oracle: a Verdict per rank
+  check_rank(case, me, output, flavor)    the same for one rank alone, where a rank's verdict needs no
+                                          other rank's output (the benchmark checks on the ranks)
   expect(profile, case)                   None (must work) or a Reject (must raise that)
   busbw_factor(n)                         nccl-tests' bus-bandwidth factor
 The property tests, the capability matrix and the benchmarks all read these entries.
@@ -98,6 +100,7 @@ class CollectiveSpec:
     expect: Callable[..., Reject | None]
     busbw_factor: Callable[[int], float]
     min_world: int = 1
+    check_rank: Callable[..., Verdict] | None = None
     available: Callable[[], bool] = lambda: True
     doc: str = ""
 

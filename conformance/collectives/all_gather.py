@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from conformance.collectives.common import async_verdict, draw_frame, draw_layout, expect, has_dist, members_only
+from conformance.collectives.common import (async_verdict, draw_frame, draw_layout, expect, has_dist, members_only,
+                                            per_rank)
 from conformance.oracle import Verdict, check_exact_copy
 from conformance.spec import Case, CollectiveSpec, register
 from conformance.strategies import shapes, values
@@ -93,9 +94,8 @@ run_all_gather_into_tensor = _run_into_tensor("all_gather_into_tensor")
 run_all_gather_single = _run_into_tensor("all_gather_single")
 
 
-def check_tensor(case: Case, outputs: list[dict], flavor: str) -> list[Verdict]:
-    expected = np.concatenate(case.inputs).reshape(case.params["out_shape"])
-    return [async_verdict(case, out) or check_exact_copy(out["out"], expected) for out in outputs]
+def check_tensor(case: Case, me: int, out: dict, flavor: str) -> Verdict:
+    return async_verdict(case, out) or check_exact_copy(out["out"], np.concatenate(case.inputs).reshape(case.params["out_shape"]))
 
 
 
@@ -106,6 +106,6 @@ register(CollectiveSpec(
 for _name, _run in (("all_gather_into_tensor", run_all_gather_into_tensor),
                     ("all_gather_single", run_all_gather_single)):
     register(CollectiveSpec(
-        name=_name, family="data", cases=tensor_cases, run=_run, check=check_tensor,
+        name=_name, family="data", cases=tensor_cases, run=_run, check=per_rank(check_tensor), check_rank=check_tensor,
         expect=lambda profile, case: expect(profile, case, "stacked_output" if case.params["stacked"] else ""),
         busbw_factor=lambda n: (n - 1) / n, available=has_dist(_name), doc=__doc__))

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.collectives.common import async_verdict, expect, members_only, one_tensor_per_rank, reduce_op
+from conformance.collectives.common import (async_verdict, expect, members_only, one_tensor_per_rank, per_rank,
+                                            reduce_op)
 from conformance.dtypes import DTYPES
 from conformance.oracle import Verdict, check_reduction
 from conformance.spec import Case, CollectiveSpec, register
@@ -23,14 +24,12 @@ def run(ctx: Any, case: Case, group: Any, me: int) -> dict:
     return {"out": arrays(t), "waited": waited}
 
 
-def check(case: Case, outputs: list[dict], flavor: str) -> list[Verdict]:
-    dtype = DTYPES[case.dtype]
-    return [async_verdict(case, out) or check_reduction(out["out"], case.inputs, case.op, dtype, flavor,
-                                                         case.params.get("factor"))
-            for out in outputs]
+def check_rank(case: Case, me: int, out: dict, flavor: str) -> Verdict:
+    return async_verdict(case, out) or check_reduction(out["out"], case.inputs, case.op, DTYPES[case.dtype], flavor,
+                                                       case.params.get("factor"))
 
 
 SPEC = register(CollectiveSpec(
-    name="all_reduce", family="reduce", cases=cases, run=run, check=check,
+    name="all_reduce", family="reduce", cases=cases, run=run, check=per_rank(check_rank), check_rank=check_rank,
     expect=lambda profile, case: expect(profile, case),
     busbw_factor=lambda n: 2 * (n - 1) / n, doc=__doc__))

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from conformance.collectives.common import async_verdict, draw_frame, draw_layout, expect, members_only
+from conformance.collectives.common import async_verdict, draw_frame, draw_layout, expect, members_only, per_rank
 from conformance.oracle import OK, Verdict, check_exact_copy
 from conformance.spec import Case, CollectiveSpec, register
 from conformance.strategies import shapes, values
@@ -101,21 +101,18 @@ def run_single(ctx: Any, case: Case, group: Any, me: int) -> dict:
     return {"out": arrays(out), "waited": waited}
 
 
-def check_single(case: Case, outputs: list[dict], flavor: str) -> list[Verdict]:
+def check_single(case: Case, me: int, out: dict, flavor: str) -> Verdict:
     m = case.params["rows"]
-    verdicts = []
-    for me, out in enumerate(outputs):
-        pieces = []
-        for i in range(case.size):
-            start = sum(m[i][:me])
-            pieces.append(case.inputs[i][start:start + m[i][me]])
-        verdicts.append(async_verdict(case, out) or check_exact_copy(out["out"], np.concatenate(pieces)))
-    return verdicts
+    pieces = []
+    for i in range(case.size):
+        start = sum(m[i][:me])
+        pieces.append(case.inputs[i][start:start + m[i][me]])
+    return async_verdict(case, out) or check_exact_copy(out["out"], np.concatenate(pieces))
 
 
 register(CollectiveSpec(
     name="all_to_all", family="data", cases=list_cases, run=run_list, check=check_list,
     expect=lambda profile, case: expect(profile, case, "uneven" if case.params["uneven"] else ""), busbw_factor=lambda n: (n - 1) / n, doc=__doc__))
 register(CollectiveSpec(
-    name="all_to_all_single", family="data", cases=single_cases, run=run_single, check=check_single,
+    name="all_to_all_single", family="data", cases=single_cases, run=run_single, check=per_rank(check_single), check_rank=check_single,
     expect=lambda profile, case: expect(profile, case), busbw_factor=lambda n: (n - 1) / n, doc=__doc__))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.collectives.common import async_verdict, expect, members_only, one_tensor_per_rank
+from conformance.collectives.common import async_verdict, expect, members_only, one_tensor_per_rank, per_rank
 from conformance.oracle import Verdict, check_exact_copy
 from conformance.spec import Case, CollectiveSpec, register
 from conformance.tensors import arrays, make
@@ -22,10 +22,10 @@ def run(ctx: Any, case: Case, group: Any, me: int) -> dict:
     return {"out": arrays(t), "waited": waited}
 
 
-def check(case: Case, outputs: list[dict], flavor: str) -> list[Verdict]:
-    return [async_verdict(case, out) or check_exact_copy(out["out"], case.inputs[case.root]) for out in outputs]
+def check_rank(case: Case, me: int, out: dict, flavor: str) -> Verdict:
+    return async_verdict(case, out) or check_exact_copy(out["out"], case.inputs[case.root])
 
 
 SPEC = register(CollectiveSpec(
-    name="broadcast", family="data", cases=cases, run=run, check=check,
+    name="broadcast", family="data", cases=cases, run=run, check=per_rank(check_rank), check_rank=check_rank,
     expect=lambda profile, case: expect(profile, case), busbw_factor=lambda n: 1.0, doc=__doc__))

@@ -91,6 +91,14 @@ def one_tensor_per_rank(*, root: bool) -> Callable[..., Case]:
     return cases
 
 
+def per_rank(check_rank: Callable[[Case, int, Any, str], Verdict]) -> Callable[[Case, list, str], list[Verdict]]:
+    """A spec's whole check from its one-rank check: every member's verdict, in group-rank order."""
+    def check(case: Case, outputs: list, flavor: str) -> list[Verdict]:
+        return [check_rank(case, me, out, flavor) for me, out in enumerate(outputs)]
+
+    return check
+
+
 def async_verdict(case: Case, out: dict) -> Verdict | None:
     """async_op=True: Work.wait() must have returned True."""
     if case.async_op and out.get("waited") is not True:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.collectives.common import async_verdict, expect, members_only, one_tensor_per_rank
+from conformance.collectives.common import async_verdict, expect, members_only, one_tensor_per_rank, per_rank
 from conformance.oracle import OK, Verdict, check_exact_copy
 from conformance.spec import Case, CollectiveSpec, register
 from conformance.tensors import arrays, empty, make
@@ -27,18 +27,14 @@ def run_gather(ctx: Any, case: Case, group: Any, me: int) -> dict:
     return {"out": arrays(outs) if outs is not None else None, "waited": waited}
 
 
-def check_gather(case: Case, outputs: list[dict], flavor: str) -> list[Verdict]:
-    verdicts = []
-    for me, out in enumerate(outputs):
-        bad = async_verdict(case, out)
-        if bad is None and me == case.root:
-            for j, want in enumerate(case.inputs):
-                v = check_exact_copy(out["out"][j], want, f"gather_list[{j}]")
-                if not v.ok:
-                    bad = v
-                    break
-        verdicts.append(bad or OK)
-    return verdicts
+def check_gather(case: Case, me: int, out: dict, flavor: str) -> Verdict:
+    bad = async_verdict(case, out)
+    if bad is None and me == case.root:
+        for j, want in enumerate(case.inputs):
+            v = check_exact_copy(out["out"][j], want, f"gather_list[{j}]")
+            if not v.ok:
+                return v
+    return bad or OK
 
 
 @members_only
@@ -52,14 +48,13 @@ def run_scatter(ctx: Any, case: Case, group: Any, me: int) -> dict:
     return {"out": arrays(t), "waited": waited}
 
 
-def check_scatter(case: Case, outputs: list[dict], flavor: str) -> list[Verdict]:
-    return [async_verdict(case, out) or check_exact_copy(out["out"], case.inputs[me])
-            for me, out in enumerate(outputs)]
+def check_scatter(case: Case, me: int, out: dict, flavor: str) -> Verdict:
+    return async_verdict(case, out) or check_exact_copy(out["out"], case.inputs[me])
 
 
 register(CollectiveSpec(
-    name="gather", family="data", cases=cases, run=run_gather, check=check_gather,
+    name="gather", family="data", cases=cases, run=run_gather, check=per_rank(check_gather), check_rank=check_gather,
     expect=lambda profile, case: expect(profile, case), busbw_factor=lambda n: (n - 1) / n, doc=__doc__))
 register(CollectiveSpec(
-    name="scatter", family="data", cases=cases, run=run_scatter, check=check_scatter,
+    name="scatter", family="data", cases=cases, run=run_scatter, check=per_rank(check_scatter), check_rank=check_scatter,
     expect=lambda profile, case: expect(profile, case), busbw_factor=lambda n: (n - 1) / n, doc=__doc__))

@@ -11,7 +11,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from conformance.collectives.common import draw_frame, draw_layout, expect
+from conformance.collectives.common import draw_frame, draw_layout, expect, per_rank
 from conformance.oracle import OK, Verdict, check_exact_copy
 from conformance.spec import Case, CollectiveSpec, Reject, register
 from conformance.strategies import per_rank_values, shapes
@@ -112,25 +112,22 @@ def run_batch(ctx: Any, case: Case) -> Any:
     return {"from_prev": arrays(from_prev), "from_next": arrays(from_next), "waited": waited}
 
 
-def check_ring(case: Case, outputs: list[Any], flavor: str) -> list[Verdict]:
+def check_ring(case: Case, r: int, out: Any, flavor: str) -> Verdict:
     n = case.world_size
-    verdicts = []
-    for r, out in enumerate(outputs):
-        v = check_exact_copy(out["from_prev"], case.inputs[(r - 1) % n], "from previous rank")
-        if v.ok and "from_next" in out:
-            v = check_exact_copy(out["from_next"], case.inputs[(r + 1) % n], "from next rank")
-        if v.ok and not all(w is True for w in out["waited"]):
-            v = Verdict(False, f"Work.wait() returned {out['waited']}, expected True for each")
-        verdicts.append(v)
-    return verdicts
+    v = check_exact_copy(out["from_prev"], case.inputs[(r - 1) % n], "from previous rank")
+    if v.ok and "from_next" in out:
+        v = check_exact_copy(out["from_next"], case.inputs[(r + 1) % n], "from next rank")
+    if v.ok and not all(w is True for w in out["waited"]):
+        v = Verdict(False, f"Work.wait() returned {out['waited']}, expected True for each")
+    return v
 
 
 register(CollectiveSpec(
     name="send_recv", family="data", cases=pair_cases, run=run_pair, check=check_pair, expect=expect_pair,
     busbw_factor=lambda n: 1.0, doc=__doc__))
 register(CollectiveSpec(
-    name="isend_irecv", family="data", cases=ring_cases, run=run_ring, check=check_ring,
+    name="isend_irecv", family="data", cases=ring_cases, run=run_ring, check=per_rank(check_ring), check_rank=check_ring,
     expect=lambda profile, case: expect(profile, case), busbw_factor=lambda n: 1.0, min_world=2, doc=__doc__))
 register(CollectiveSpec(
-    name="batch_isend_irecv", family="data", cases=ring_cases, run=run_batch, check=check_ring,
+    name="batch_isend_irecv", family="data", cases=ring_cases, run=run_batch, check=per_rank(check_ring), check_rank=check_ring,
     expect=lambda profile, case: expect(profile, case), busbw_factor=lambda n: 1.0, min_world=2, doc=__doc__))

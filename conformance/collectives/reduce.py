@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.collectives.common import async_verdict, expect, members_only, one_tensor_per_rank, reduce_op
+from conformance.collectives.common import (async_verdict, expect, members_only, one_tensor_per_rank, per_rank,
+                                            reduce_op)
 from conformance.dtypes import DTYPES
 from conformance.oracle import OK, Verdict, check_reduction
 from conformance.spec import Case, CollectiveSpec, register
@@ -25,17 +26,13 @@ def run(ctx: Any, case: Case, group: Any, me: int) -> dict:
     return {"out": arrays(t), "waited": waited}
 
 
-def check(case: Case, outputs: list[dict], flavor: str) -> list[Verdict]:
-    dtype = DTYPES[case.dtype]
-    verdicts = []
-    for me, out in enumerate(outputs):
-        bad = async_verdict(case, out)
-        if bad is None and me == case.root:
-            bad = check_reduction(out["out"], case.inputs, case.op, dtype, flavor, case.params.get("factor"))
-        verdicts.append(bad or OK)
-    return verdicts
+def check_rank(case: Case, me: int, out: dict, flavor: str) -> Verdict:
+    bad = async_verdict(case, out)
+    if bad is None and me == case.root:
+        bad = check_reduction(out["out"], case.inputs, case.op, DTYPES[case.dtype], flavor, case.params.get("factor"))
+    return bad or OK
 
 
 SPEC = register(CollectiveSpec(
-    name="reduce", family="reduce", cases=cases, run=run, check=check,
+    name="reduce", family="reduce", cases=cases, run=run, check=per_rank(check_rank), check_rank=check_rank,
     expect=lambda profile, case: expect(profile, case), busbw_factor=lambda n: 1.0, doc=__doc__))

@@ -10,7 +10,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from conformance.collectives.common import async_verdict, draw_frame, draw_layout, expect, has_dist, members_only, reduce_op
+from conformance.collectives.common import (async_verdict, draw_frame, draw_layout, expect, has_dist, members_only,
+                                            per_rank, reduce_op)
 from conformance.dtypes import DTYPES
 from conformance.oracle import Verdict, check_reduction
 from conformance.spec import Case, CollectiveSpec, register
@@ -85,12 +86,10 @@ run_reduce_scatter_tensor = _run_tensor("reduce_scatter_tensor")
 run_reduce_scatter_single = _run_tensor("reduce_scatter_single")
 
 
-def check_tensor(case: Case, outputs: list[dict], flavor: str) -> list[Verdict]:
-    dtype = DTYPES[case.dtype]
+def check_tensor(case: Case, me: int, out: dict, flavor: str) -> Verdict:
     rows = case.params["out_shape"][0]
-    return [async_verdict(case, out) or check_reduction(out["out"], [x[me * rows:(me + 1) * rows] for x in case.inputs],
-                                                         case.op, dtype, flavor, case.params.get("factor"))
-            for me, out in enumerate(outputs)]
+    return async_verdict(case, out) or check_reduction(out["out"], [x[me * rows:(me + 1) * rows] for x in case.inputs],
+                                                       case.op, DTYPES[case.dtype], flavor, case.params.get("factor"))
 
 
 
@@ -101,6 +100,6 @@ register(CollectiveSpec(
 for _name, _run in (("reduce_scatter_tensor", run_reduce_scatter_tensor),
                     ("reduce_scatter_single", run_reduce_scatter_single)):
     register(CollectiveSpec(
-        name=_name, family="reduce", cases=tensor_cases, run=_run, check=check_tensor,
+        name=_name, family="reduce", cases=tensor_cases, run=_run, check=per_rank(check_tensor), check_rank=check_tensor,
         expect=lambda profile, case: expect(profile, case), busbw_factor=lambda n: (n - 1) / n,
         available=has_dist(_name), doc=__doc__))

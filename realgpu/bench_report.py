@@ -1,0 +1,128 @@
+"""realgpu.bench's outputs: nccl-tests' table layout, the busbw plot, and reading nccl-tests' own output.
+
+Every output carries the environment (device, driver, CUDA, NCCL, torch) next to the figures.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable
+
+TYPE_NAMES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16", "float64": "double", "int8": "int8",
+              "uint8": "uint8", "int32": "int32", "int64": "int64", "float8_e4m3fn": "f8e4m3",
+              "float8_e5m2": "f8e5m2"}
+OP_NAMES = {"product": "prod"}
+
+
+def environment_line(env: dict) -> str:
+    """'torch 2.11.0+cu130 | CUDA 13.0 | NCCL 2.28.9 | driver 580.159.04 | NVIDIA H200' (what is known)."""
+    parts = [f"torch {env.get('torch', '?')}"]
+    for key, label in (("cuda", "CUDA"), ("nccl", "NCCL"), ("driver", "driver"), ("backend", "backend")):
+        if env.get(key):
+            parts.append(f"{label} {env[key]}")
+    parts.append(str(env.get("device", "?")))
+    return " | ".join(parts)
+
+
+def _cell(row: dict | None) -> str:
+    if row is None:
+        return f"  {'N/A':>7}  {'N/A':>6}  {'N/A':>6}  {'N/A':>6}"
+    wrong = "0" if row["ok"] else "WRONG"
+    if not row.get("checked", True):
+        wrong = "-"
+    return f"  {row['time_us']:7.2f}  {row['algbw']:6.2f}  {row['busbw']:6.2f}  {wrong:>6}"
+
+
+def format_table(rows: list[dict], env: dict, plan: Any, world_size: int, mode: str,
+                 placements: Iterable[str]) -> str:
+    """One collective at one world size, laid out as nccl-tests prints it (out-of-place, then in-place)."""
+    by_key = {(r["size"], r["placement"]): r for r in rows}
+    lines = [f"# realgpu-bench: {rows[0]['collective'] if rows else plan.collective}, {world_size} rank(s), {mode}, "
+             f"{plan.iters} iters after {plan.warmup} warm-up, median across ranks",
+             f"# {environment_line(env)}",
+             "#",
+             f"# {'':>53}{'out-of-place':>20}{'':>17}{'in-place':>16}",
+             f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>5}"
+             f"  {'time':>7}  {'algbw':>6}  {'busbw':>6}  {'#wrong':>6}  {'time':>7}  {'algbw':>6}  {'busbw':>6}"
+             f"  {'#wrong':>6}",
+             f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>5}"
+             f"  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}"]
+    seen: list[int] = []
+    for r in rows:
+        if r["size"] not in seen:
+            seen.append(r["size"])
+    busbw = []
+    for size in seen:
+        first = by_key.get((size, "out")) or by_key.get((size, "in"))
+        lines.append(f"  {size:>10}  {first['count']:>12}  {TYPE_NAMES.get(first['type'], first['type']):>8}"
+                     f"  {OP_NAMES.get(first['redop'], first['redop']):>6}  {first['root']:>5}"
+                     f"{_cell(by_key.get((size, 'out')))}{_cell(by_key.get((size, 'in')))}")
+        busbw.append(first["busbw"])
+    if busbw:
+        lines.append(f"# Avg bus bandwidth    : {sum(busbw) / len(busbw):.4g} GB/s "
+                     f"(first placement of each size{'' if set(placements) != {'in'} else ', in place'})")
+    wrong = [r for r in rows if not r["ok"]]
+    lines.append(f"# Out of bounds values : {len(wrong)} {'OK' if not wrong else 'WRONG'}")
+    return "\n".join(lines) + "\n"
+
+
+def plot_busbw(doc: dict, path: str) -> None:
+    """busbw against size, one panel per collective, a line per (world size, mode, placement). Needs matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results = doc["results"]
+    names = list(dict.fromkeys(r["collective"] for r in results))
+    cols = min(3, len(names)) or 1
+    rows = -(-len(names) // cols) or 1
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names):
+        lines: dict[tuple, list[dict]] = {}
+        for r in results:
+            if r["collective"] == name:
+                lines.setdefault((r["world_size"], r["mode"], r["placement"]), []).append(r)
+        for (ws, mode, placement), pts in sorted(lines.items()):
+            pts = [p for p in pts if p["size"] > 0]
+            ax.plot([p["size"] for p in pts], [p["busbw"] for p in pts], marker=".",
+                    label=f"{ws} GPUs, {mode}, {placement}-place")
+        ax.set_xscale("log", base=2)
+        ax.set_title(name)
+        ax.set_xlabel("size (bytes)")
+        ax.set_ylabel("busbw (GB/s)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    fig.suptitle(environment_line(doc.get("environment", {})), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+_NCCL_ROW = re.compile(r"^\s+(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(-?\d+)\s+(.*)$")
+
+
+def parse_nccl_tests(text: str) -> list[dict]:
+    """Rows of an nccl-tests *_perf output: size, count, type, redop, root, and per placement time/algbw/busbw.
+
+    A placement nccl-tests did not run shows as N/A and is left out.
+    """
+    rows = []
+    for line in text.splitlines():
+        match = _NCCL_ROW.match(line)
+        if not match:
+            continue
+        fields = match.group(6).split()
+        for placement, cells in (("out", fields[0:4]), ("in", fields[4:8])):
+            if len(cells) < 3 or cells[0] == "N/A":
+                continue
+            try:
+                time_us, algbw, busbw = float(cells[0]), float(cells[1]), float(cells[2])
+            except ValueError:
+                continue
+            rows.append({"size": int(match.group(1)), "count": int(match.group(2)), "type": match.group(3),
+                         "redop": match.group(4), "root": int(match.group(5)), "placement": placement,
+                         "time_us": time_us, "algbw": algbw, "busbw": busbw,
+                         "wrong": cells[3] if len(cells) > 3 else ""})
+    return rows
