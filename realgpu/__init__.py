@@ -39,9 +39,13 @@ def _probe_cached(visible: str | None) -> GpuProbe:
     env = {**os.environ, **NCCL_SAFE_ENV}
     try:
         out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120, env=env)
+    except (subprocess.SubprocessError, OSError) as exc:
+        return GpuProbe(0, f"the GPU probe (a child importing torch) failed: {type(exc).__name__}: {exc}")
+    try:
         info = json.loads(out.stdout.strip().splitlines()[-1])
-    except (subprocess.SubprocessError, ValueError, IndexError, OSError) as exc:
-        return GpuProbe(0, f"the GPU probe (a child importing torch) failed: {type(exc).__name__}")
+    except (ValueError, IndexError):
+        said = (out.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        return GpuProbe(0, f"the GPU probe ({sys.executable} -c 'import torch ...') exited {out.returncode}: {said}")
     count = int(info["count"])
     if count:
         return GpuProbe(count)
