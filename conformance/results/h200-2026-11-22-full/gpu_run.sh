@@ -4,10 +4,10 @@ set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 cd .snap
 { nvidia-smi; nvidia-smi topo -m; python -c "import torch;print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"; date -u
-  pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v "Running pip as" | tail -2
+  python -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v "Running pip as" | tail -2
   which python pytest realgpu-bench; python -c "import realgpu; print(realgpu.probe_gpus())"
-  s=$(date +%s); timeout 150 python -m realgpu.bench -g 2,4 -b 8 -e 4M -f 16 -n 5 -w 2; echo "smoke eager rc=$? $(( $(date +%s)-s ))s"
-  s=$(date +%s); timeout 90 python -m realgpu.bench -g 2 -b 8 -e 64K -f 64 -n 5 -w 2 -G 2; echo "smoke graph rc=$? $(( $(date +%s)-s ))s"
+  echo smoke-skipped-see-run-2
+
 } > $OUT/smoke.log 2>&1
 s=$(date +%s)
 python -c 'import realgpu,sys; sys.exit(realgpu.probe_gpus().count < 4)' || { cat $OUT/smoke.log; exit 3; }
