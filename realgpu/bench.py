@@ -144,6 +144,11 @@ def summarize(collective: str, world_size: int, mode: str, per_rank: list[list[R
     return rows
 
 
+def write_json(doc: dict, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+
+
 def run(args: argparse.Namespace, out: Any = sys.stdout) -> dict:
     """Run the whole sweep; returns the JSON document (also printed as tables)."""
     from simgpu.pool import RankPool, RankPoolError
@@ -193,6 +198,8 @@ def run(args: argparse.Namespace, out: Any = sys.stdout) -> dict:
                                        "; ".join(o.describe() for o in failed))
                 rows = summarize(name, world_size, mode, [o.value for o in outcomes], plan)
                 doc["results"].extend(rows)
+                if args.json_path:  # kept current, so a run cut off by a time limit keeps what it measured
+                    write_json(doc, args.json_path)
                 print(format_table(rows, doc["environment"], plan, world_size, mode, col.placements), file=out,
                       flush=True)
         except RankPoolError as exc:
@@ -215,8 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"realgpu-bench: failed: {exc}", file=sys.stderr)
         return 1
     if args.json_path:
-        with open(args.json_path, "w") as f:
-            json.dump(doc, f, indent=1)
+        write_json(doc, args.json_path)
     if args.png_path:
         from realgpu.bench_report import plot_busbw
 

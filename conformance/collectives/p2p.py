@@ -94,7 +94,13 @@ def run_ring(ctx: Any, case: Case) -> Any:
     n, r = case.world_size, ctx.rank
     send = make(case.inputs[r], case.dtype, case.layout, ctx.device)
     got = empty(case.inputs[(r - 1) % n].shape, case.dtype, case.layout, ctx.device)
-    works = [dist.isend(send, (r + 1) % n), dist.irecv(got, (r - 1) % n)]
+    # Even ranks send first, odd ranks receive first. The naive order (every rank isend, then irecv)
+    # deadlocks on NCCL at 3+ ranks: each first isend creates its pair's communicator and waits for
+    # the next rank, which waits for its own next (H200 run 2026-11-22, world 4: all ranks stuck).
+    if r % 2 == 0:
+        works = [dist.isend(send, (r + 1) % n), dist.irecv(got, (r - 1) % n)]
+    else:
+        works = [dist.irecv(got, (r - 1) % n), dist.isend(send, (r + 1) % n)]
     waited = [w.wait() for w in works]
     return {"from_prev": arrays(got), "waited": waited}
 
