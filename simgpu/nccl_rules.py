@@ -26,9 +26,9 @@ ProcessGroupNCCL.cpp (torch 2.11-2.13, NCCL 2.28) and the runs recorded in share
   bfloat16 and double are TypeError; bool SUM is computed as MAX (logical OR).
 - arithmetic: integer AVG is the wrapped sum divided by n, truncated toward zero; float AVG is
   the sum of x_r * fl(1/n) (NCCL's PreMulSum); PREMUL_SUM is the sum of x_r * fl(factor); float
-  MIN/MAX ignore NaN unless every rank has NaN at that position; fp8 results saturate (a sum,
-  product or MIN/MAX that would be +-inf or overflow is +-57344 for e5m2, +-448 for e4m3fn;
-  NaN stays NaN) [nccl-run].
+  MIN/MAX ignore NaN unless every rank has NaN at that position; fp8 saturates: an infinite input
+  counts as the largest finite value of its sign (so inf + -inf is 0, not NaN), and a sum, product
+  or MIN/MAX that overflows is +-57344 for e5m2, +-448 for e4m3fn; NaN stays NaN [nccl-run].
 
 Every error message starts with NCCL's own wording (so a regex written for NCCL matches) and may
 end with a "(simgpu: ...)" note that names the rank and the argument.
@@ -241,6 +241,9 @@ class ReducePlan:
         nan_skip layout (values, then flags, per chunk) depends on it.
         """
         flat = x.reshape(-1)
+        if self.saturate:  # [nccl-run] NCCL's fp8 reductions read +-inf as +-largest finite: inf + -inf is 0
+            top = torch.finfo(self.dtype).max
+            flat = flat.to(self.wire_dtype).clamp(-top, top)
         if self.nan_skip:
             return self._nan_wire(flat, rows), False
         if self.dtype == torch.bool:

@@ -66,6 +66,17 @@ def test_fp8_saturation_is_accepted_on_nccl_only():
     summed = [np.array([np.inf], dtype=np.float32), np.array([1.0], dtype=np.float32)]
     assert check_reduction(np.array([57344.0], dtype=np.float32), summed, "sum", e5m2, "nccl").ok
     assert not check_reduction(np.array([-57344.0], dtype=np.float32), summed, "sum", e5m2, "nccl").ok
+    # full run 2026-11-22: inf + -inf is 0 on NCCL (inputs read as +-57344), NaN under IEEE (gloo)
+    opposite = [np.array([np.inf], dtype=np.float32), np.array([-np.inf], dtype=np.float32)]
+    assert check_reduction(np.array([0.0], dtype=np.float32), opposite, "sum", e5m2, "nccl").ok
+    assert check_reduction(np.array([0.0], dtype=np.float32), opposite, "avg", e5m2, "nccl").ok
+    assert not check_reduction(np.array([0.0], dtype=np.float32), opposite, "sum", e5m2, "gloo").ok
+    # where partial sums saturate the order decides, but never outside [sum of negatives, sum of positives]
+    three = [np.array([x], dtype=np.float32) for x in (np.inf, np.inf, -np.inf)]
+    for got in (0.0, 57344.0):
+        assert check_reduction(np.array([got], dtype=np.float32), three, "sum", e5m2, "nccl").ok
+    assert not check_reduction(np.array([57344.0], dtype=np.float32),
+                               [np.array([x], dtype=np.float32) for x in (-np.inf, 1.0)], "sum", e5m2, "nccl").ok
 
 
 def test_one_contribution_is_a_copy():

@@ -192,6 +192,15 @@ def fp8(ctx, dtype_name, op_name):
 
 
 @case
+def fp8_infinities(ctx, op_name):
+    """Rank 0 holds +inf, rank 1 -inf, rank 2 +inf in the first slot (e5m2)."""
+    first = [float("inf"), float("-inf"), float("inf")][ctx.rank]
+    t = torch.tensor([first, 1.0]).to(torch.float8_e5m2)
+    dist.all_reduce(t, op=getattr(dist.ReduceOp, op_name))
+    return t.float().tolist()
+
+
+@case
 def float_avg_and_premul(ctx):
     t = torch.tensor([1.0, 2.0]) * (ctx.rank + 1)
     dist.all_reduce(t, op=dist.ReduceOp.AVG)
@@ -461,6 +470,12 @@ def test_fp8_reductions(pool2, pool3, world, dtype, op, expected):
     pool = pool2 if world == 2 else pool3
     got = values(pool.run(rank_call, "fp8", dtype, op))
     assert got == [(f"torch.{dtype}", expected)] * world
+
+
+def test_fp8_infinities_count_as_the_largest_finite_value(pool3):
+    """[nccl-run 2026-11-22] NCCL's e5m2 reduce reads +-inf as +-57344: inf - inf + inf is 57344, not NaN."""
+    assert values(pool3.run(rank_call, "fp8_infinities", "SUM")) == [[57344.0, 3.0]] * 3
+    assert values(pool3.run(rank_call, "fp8_infinities", "MIN")) == [[-57344.0, 1.0]] * 3
 
 
 def test_float_min_max_ignore_nan_unless_all_nan(pool3):
