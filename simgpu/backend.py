@@ -396,6 +396,9 @@ class SimProcessGroup(dist.ProcessGroup):
     def reduce_scatter_single(self, output: Tensor, input: Tensor,  # noqa: A002 - torch's name
                               opts: ReduceScatterOptions = ReduceScatterOptions()) -> SimWork:
         ctx = self._ctx("reduce_scatter_tensor", "input")
+        if self.size() > 1:  # [nccl-run] NCCL reports the dtype or op error of a non-contiguous case
+            rules.check_dtype(input, ctx)
+            rules.plan_reduction(opts.reduceOp, input.dtype, self.size(), ctx)
         rules.check_contiguous(output, self._ctx("reduce_scatter_tensor", "output"))
         rules.check_contiguous(input, ctx)
         if input.dtype != output.dtype:
