@@ -149,8 +149,9 @@ def write_json(doc: dict, path: str) -> None:
         json.dump(doc, f, indent=1)
 
 
-def run(args: argparse.Namespace, out: Any = sys.stdout) -> dict:
-    """Run the whole sweep; returns the JSON document (also printed as tables)."""
+def run(args: argparse.Namespace, out: Any = None) -> dict:
+    """Run the whole sweep; returns the JSON document (also printed as tables, to `out` or stdout)."""
+    out = sys.stdout if out is None else out
     from simgpu.pool import RankPool, RankPoolError
 
     from realgpu.bench_report import format_table

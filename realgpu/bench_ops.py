@@ -152,10 +152,12 @@ class Buffers:
             return lambda: dist.broadcast(send, src=plan.root)
         if name == "reduce":
             return lambda: dist.reduce(send, dst=plan.root, op=op)
-        if name == "all_gather":
-            return lambda: dist.all_gather_into_tensor(recv, send)
+        if name == "all_gather":  # all_gather_single where torch has it (2.12+ deprecates the old name)
+            gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+            return lambda: gather(recv, send)
         if name == "reduce_scatter":
-            return lambda: dist.reduce_scatter_tensor(recv, send, op=op)
+            scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+            return lambda: scatter(recv, send, op=op)
         if name == "all_to_all":
             return lambda: dist.all_to_all_single(recv, send)
         if name == "scatter":

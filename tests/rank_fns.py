@@ -138,3 +138,19 @@ def simulated_gpu_rank(ctx: Any) -> tuple[str, list[float], str]:
     except RuntimeError as exc:
         refused = str(exc)
     return f"{t.device} current={torch.cuda.current_device()} count={torch.cuda.device_count()}", t.tolist(), refused
+
+
+def bench_corrupted_check(ctx: Any, collective: str, placement: str) -> tuple[bool, str]:
+    """realgpu.bench_ops on CPU ranks: launch, then change one output element, then run the oracle check."""
+    from realgpu.bench_ops import COLLECTIVES, Buffers, Plan, counts
+
+    col = COLLECTIVES[collective]
+    plan = Plan(collective, [256], flavor="gloo", placements=(placement,))
+    chunk, total = counts(col, 256, 4, ctx.world_size)
+    buffers = Buffers(ctx, col, chunk, total, plan, placement)
+    buffers.fill()
+    waited = buffers.launch()
+    out = buffers.recv[0] if isinstance(buffers.recv, list) else buffers.recv
+    if out is not None:
+        out.view(-1)[-1] += 1  # one element off by one, on every rank that holds an output
+    return buffers.check(waited if isinstance(waited, list) else [])
