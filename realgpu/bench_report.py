@@ -126,3 +126,31 @@ def parse_nccl_tests(text: str) -> list[dict]:
                          "time_us": time_us, "algbw": algbw, "busbw": busbw,
                          "wrong": cells[3] if len(cells) > 3 else ""})
     return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Plot saved realgpu-bench JSON files: python -m realgpu.bench_report --png OUT.png IN.json [IN.json ...]."""
+    import argparse
+    import json
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m realgpu.bench_report", description=main.__doc__)
+    p.add_argument("--png", required=True, help="the plot to write")
+    p.add_argument("inputs", nargs="+", help="realgpu-bench --json outputs (merged into one plot)")
+    args = p.parse_args(argv)
+    doc: dict = {"environment": {}, "results": []}
+    for path in args.inputs:
+        with open(path) as f:
+            part = json.load(f)
+        doc["environment"] = doc["environment"] or part.get("environment", {})
+        doc["results"] += part["results"]
+    try:
+        plot_busbw(doc, args.png)
+    except ImportError:
+        print("realgpu.bench_report: plotting needs matplotlib (pip install 'simgpu[plot]')", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -32,15 +32,23 @@ def _in_forkserver_preload() -> bool:
     return False
 
 
-def _remove_forkserver_socket(pid: int) -> None:
+def _remove_forkserver_socket(pid: int, controller: int) -> None:
     """At the fork server's exit, remove its socket and the controller's pymp-* directory if now empty.
 
     The fork server exits when the last controller holding its pipe is gone. A controller that
     exits normally removes that directory itself; one that was SIGKILLed cannot, and the
-    directory (with the listener socket) would stay in /tmp for good.
+    directory (with the listener socket) would stay in /tmp for good. A controller that is still
+    alive (it stopped the fork server itself) keeps its directory: removing it under it would make
+    its own clean-up at exit fail.
     """
     if os.getpid() != pid:
         return
+    if controller != 1:  # 1: the controller was already gone when this fork server started
+        deadline = time.monotonic() + 1.0  # a dying controller's children are re-parented within moments
+        while os.getppid() == controller and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if os.getppid() == controller:
+            return
     from multiprocessing import forkserver, util
 
     address = forkserver._forkserver._forkserver_address
@@ -52,7 +60,7 @@ def _remove_forkserver_socket(pid: int) -> None:
 
 
 if _in_forkserver_preload():
-    atexit.register(_remove_forkserver_socket, os.getpid())
+    atexit.register(_remove_forkserver_socket, os.getpid(), os.getppid())
 
 
 def _die_with_parent() -> None:
