@@ -105,3 +105,17 @@ def test_comparison_matches_placement_and_marks_goals(tmp_path):
     lines = compare(ours, theirs)
     assert [line["met"] for line in lines] == [True, False]   # 30/28.84 <= 1.2; 44/48.85 < 0.95
     assert lines[1]["busbw_ratio"] == pytest.approx(44.0 / 48.85)
+
+
+def test_plot_from_saved_json(tmp_path):
+    """busbw against size, one panel per collective, from saved outputs (matplotlib: the [plot] extra)."""
+    pytest.importorskip("matplotlib", reason="the [plot] extra; the README's test command installs it")
+    from realgpu.bench_report import main as plot_main
+
+    doc = {"environment": {"torch": "2.x", "device": "cpu"}, "results": [
+        {"collective": c, "world_size": 2, "mode": "eager", "placement": "out", "size": s, "busbw": s / 1e3}
+        for c in ("all_reduce", "scatter") for s in (1024, 4096)]}
+    src, png = tmp_path / "b.json", tmp_path / "b.png"
+    src.write_text(json.dumps(doc))
+    assert plot_main(["--png", str(png), str(src)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
