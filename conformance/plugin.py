@@ -46,6 +46,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="with --attach: how many ranks torchrun starts (WORLD_SIZE); the only world size drawn")
     group.addoption("--attach-timeout", type=float, default=300.0,
                     help="with --attach: seconds to wait for torchrun's ranks to connect (default 300)")
+    group.addoption("--predict", default=None, metavar="MACHINE",
+                    help="sim backend: have the ranks record the collectives they run and print their predicted "
+                         "GPU communication time on this machine (a simgpu.cost_model preset, e.g. h200-nvlink4) "
+                         "at the end (docs/cost-model.md)")
 
 
 class ConformanceSession:
@@ -80,6 +84,7 @@ class ConformanceSession:
             self.max_world = max_world
         table = self.profile.description if self.profile else "no table: support is probed per combination"
         self.report = CapabilityReport(self.backend, table)
+        self.predict, self.predict_dir, self._own_predict_dir = _predict_setup(config)
 
     @property
     def examples(self) -> int:
@@ -101,11 +106,19 @@ class ConformanceSession:
 
     def binding(self) -> Binding:
         if self.backend != "nccl":
-            return Binding(self.backend, self.backend_module, "cpu")
+            return Binding(self.backend, self.backend_module, "cpu", env=self.predict_env())
         from realgpu import NCCL_SAFE_ENV
 
         env = tuple(NCCL_SAFE_ENV.items()) if self.lease is None else self.lease.env()
         return Binding(self.backend, self.backend_module, "cuda", env=env)
+
+    def predict_env(self) -> tuple[tuple[str, str], ...]:
+        """--predict: what makes the sim ranks record their collectives (simgpu.comm_log)."""
+        if not self.predict:
+            return ()
+        from simgpu import comm_log
+
+        return ((comm_log.ENV_MACHINE, self.predict), (comm_log.ENV_DIR, self.predict_dir))
 
     def pool(self, world_size: int) -> RankPool:
         if world_size not in self.pools:
@@ -136,6 +149,28 @@ def _attached_ranks(config: pytest.Config) -> Any:
         return AttachedRanks(address, connect_timeout=config.getoption("--attach-timeout"))
     except AttachError as exc:
         raise pytest.UsageError(f"--attach: {exc}") from None
+
+
+def _predict_setup(config: pytest.Config) -> tuple[str | None, str, bool]:
+    """--predict: (machine, the folder the ranks write to, whether this process made it). xdist workers
+    share the controller's folder through the environment they inherit."""
+    name = config.getoption("--predict", None)
+    if not name:
+        return None, "", False
+    from simgpu import comm_log, cost_model
+
+    try:
+        cost_model.machine(name)
+    except cost_model.UnknownMachine as exc:
+        raise pytest.UsageError(f"--predict: {exc}") from None
+    folder = os.environ.get(comm_log.ENV_DIR)
+    if folder and os.path.isdir(folder):
+        return name, folder, False
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="simgpu-predict-")
+    os.environ[comm_log.ENV_DIR] = folder  # inherited by xdist workers started after this
+    return name, folder, True
 
 
 def _effort(config: pytest.Config) -> str:
@@ -243,6 +278,8 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     state = config.stash.get(_SESSION, None)
+    if state is not None and state.predict and not hasattr(config, "workeroutput"):
+        _predicted_time_section(terminalreporter, state)
     if state is None or not state.report.counts or hasattr(config, "workeroutput"):
         return
     terminalreporter.section(f"capability matrix ({state.effort} profile)")
@@ -250,3 +287,18 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(line)
     paths = state.report.write(Path(config.getoption("--report-dir")))
     terminalreporter.write_line("report: " + ", ".join(str(p) for p in paths))
+
+
+def _predicted_time_section(terminalreporter: Any, state: ConformanceSession) -> None:
+    """--predict: the sim ranks' recorded collectives, priced by the cost model (ranks closed by now)."""
+    import shutil
+
+    from simgpu import comm_log
+
+    terminalreporter.section("predicted GPU communication time")
+    for line in comm_log.summary_lines(comm_log.read_logs(state.predict_dir), state.predict):
+        terminalreporter.write_line(line)
+    if state.backend != "sim":
+        terminalreporter.write_line(f"(only the sim backend records its collectives; --backend is {state.backend})")
+    if state._own_predict_dir:
+        shutil.rmtree(state.predict_dir, ignore_errors=True)

@@ -47,7 +47,7 @@ from torch._C._distributed_c10d import (
     ScatterOptions,
 )
 
-from simgpu import faults
+from simgpu import comm_log, faults
 from simgpu import nccl_rules as rules
 from simgpu.cuda_sim.tensors import suspended
 from simgpu.strict import Call, StrictChecker
@@ -195,7 +195,10 @@ def _collective(op: str) -> Callable:
             try:
                 faults.before_collective(self, op, args)  # injected faults (simgpu.faults); a no-op unless armed
                 with suspended():  # the simulator's own tensors are plumbing, not simulated-GPU code
-                    return method(self, *args, **kwargs)
+                    result = method(self, *args, **kwargs)
+                if comm_log.ACTIVE is not False:  # SIMGPU_PREDICT: count it for the cost model
+                    comm_log.record(op, self.size(), args)
+                return result
             except Exception as exc:
                 if not self._local.checked:
                     self._strict.reject(Call(op, f"{op}({_summarize(args)})"), exc)
@@ -708,7 +711,10 @@ class SimProcessGroup(dist.ProcessGroup):
         rules.check_p2p_dense(t, self._ctx("send", "tensor"))
         rules.check_dtype(t, self._ctx("send", "tensor"))
         rules.warn_p2p_layout(t)
-        return SimWork(self._gloo.send([_raw_bytes(t.contiguous())], dst, tag), [t])
+        work = SimWork(self._gloo.send([_raw_bytes(t.contiguous())], dst, tag), [t])
+        if comm_log.ACTIVE is not False:
+            comm_log.record("send", 2, (tensors,))
+        return work
 
     def recv(self, tensors: list[Tensor], src: int, tag: int = 0) -> SimWork:
         t = _one(tensors)
@@ -720,7 +726,10 @@ class SimProcessGroup(dist.ProcessGroup):
         def finish() -> None:
             if target is not t:
                 t.copy_(target)
-        return SimWork(self._gloo.recv([_raw_bytes(target)], src, tag), [t], finish)
+        work = SimWork(self._gloo.recv([_raw_bytes(target)], src, tag), [t], finish)
+        if comm_log.ACTIVE is not False:
+            comm_log.record("recv", 2, (tensors,))
+        return work
 
     def recv_anysource(self, tensors: list[Tensor], tag: int = 0) -> SimWork:
         raise NotImplementedError("ProcessGroupNCCL does not support recvAnysource"
@@ -739,6 +748,7 @@ class SimProcessGroup(dist.ProcessGroup):
         return SimWork(None, [])
 
     def shutdown(self) -> None:
+        comm_log.flush()
         self._gloo.shutdown()
 
     def abort(self) -> None:

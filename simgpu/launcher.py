@@ -5,14 +5,20 @@ The program runs unmodified in a child process whose environment carries the sim
 starts (mp.spawn workers, torchrun's workers, subprocesses) sees the same N simulated GPUs.
 The child runs in its own session; when it ends, is interrupted, or runs past --timeout,
 everything it started is killed, so nothing outlives the run.
+
+`--predict MACHINE` (a simgpu.cost_model preset, e.g. h200-nvlink4) has every rank record the
+collectives it ran (simgpu.comm_log) into a temporary folder; when the program ends the launcher
+prints, on stderr, the predicted GPU communication time of what it executed on that machine.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 BOOT_DIR = Path(__file__).resolve().parent / "_boot"
@@ -20,6 +26,8 @@ EXIT_TIMEOUT = 124
 
 
 def _parser() -> argparse.ArgumentParser:
+    from simgpu.cost_model import presets
+
     parser = argparse.ArgumentParser(prog="simgpu", description="Run multi-GPU PyTorch code on simulated GPUs.")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a CUDA/NCCL program unmodified on N simulated GPUs (CPU processes)",
@@ -30,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="memory each simulated GPU reports (default 141, an H200)")
     run.add_argument("--timeout", type=float, default=None,
                      help="kill the program and everything it started after this many seconds (exit 124)")
+    run.add_argument("--predict", default=None, metavar="MACHINE",
+                     help="at the end, print the predicted GPU time of the collectives the program ran on this "
+                          f"machine (a simgpu.cost_model preset: {', '.join(presets())})")
     run.add_argument("-m", dest="module", default=None, help="run a module as `python -m` would")
     run.add_argument("target", nargs="?", help="script.py, or a command such as torchrun")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the program")
@@ -57,12 +68,37 @@ def environment(gpus: int, memory_gb: float | None) -> dict[str, str]:
     return env
 
 
-def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: float | None = None) -> int:
-    """Run `cmd` on `gpus` simulated GPUs; its exit status (124 after a timeout)."""
+def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: float | None = None,
+        predict: str | None = None) -> int:
+    """Run `cmd` on `gpus` simulated GPUs; its exit status (124 after a timeout).
+
+    predict: a cost-model machine preset; the predicted communication time is printed at the end."""
     if gpus < 1:
         raise SystemExit(f"simgpu run: --gpus must be at least 1, got {gpus}")
+    if predict is None:
+        return _run(cmd, environment(gpus, memory_gb), timeout)
+    from simgpu import comm_log, cost_model
+
     try:
-        child = subprocess.Popen(cmd, env=environment(gpus, memory_gb), start_new_session=True)
+        cost_model.machine(predict)
+    except cost_model.UnknownMachine as exc:
+        raise SystemExit(f"simgpu run: --predict: {exc}") from None
+    folder = tempfile.mkdtemp(prefix="simgpu-predict-")
+    env = environment(gpus, memory_gb)
+    env.update({comm_log.ENV_MACHINE: predict, comm_log.ENV_DIR: folder})
+    try:
+        code = _run(cmd, env, timeout)
+        lines = comm_log.summary_lines(comm_log.read_logs(folder), predict)
+        sys.stderr.write("\n".join(["", *lines, ""]))
+        sys.stderr.flush()
+        return code
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run(cmd: list[str], env: dict[str, str], timeout: float | None) -> int:
+    try:
+        child = subprocess.Popen(cmd, env=env, start_new_session=True)
     except FileNotFoundError:
         raise SystemExit(f"simgpu run: no such program: {cmd[0]}") from None
     forwarded = {sig: signal.signal(sig, lambda s, _f: _signal_group(child.pid, s))
@@ -91,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(ns.args)
     if args[:1] == ["--"]:
         args = args[1:]
-    return run(ns.gpus, command_line(ns.target, ns.module, args), ns.memory_gb, ns.timeout)
+    return run(ns.gpus, command_line(ns.target, ns.module, args), ns.memory_gb, ns.timeout, ns.predict)
 
 
 if __name__ == "__main__":
