@@ -141,8 +141,8 @@ class FakeConfig:
                         "--attach-world-size": None, "--attach-timeout": 300.0, **options}
         self.option = type("Option", (), {"numprocesses": options.get("numprocesses")})()
 
-    def getoption(self, name: str) -> Any:
-        return self.options[name]
+    def getoption(self, name: str, default: Any = None) -> Any:  # pytest.Config.getoption's signature
+        return self.options.get(name, default)
 
 
 def test_nccl_session_binds_ranks_to_the_lease(monkeypatch: pytest.MonkeyPatch) -> None:
