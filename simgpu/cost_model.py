@@ -1,29 +1,30 @@
 """Predicted GPU time of a collective: an alpha-beta model in the spirit of NCCL's tuning model.
 
-    predict(machine, "all_reduce", nbytes, nranks) -> Prediction(time_us, algo, proto, ...)
+    predict(machine("h200-nvlink4"), "all_reduce", nbytes, nranks) -> Prediction(time_us, algo, proto, ...)
     python -m simgpu.cost_model --measured bench-g2.json bench-g4.json [--machine h200-nvlink4]
-                                [--fit] [--holdout] [--out FILE.md]
+                                [--fit] [--no-holdout] [--out FILE.md]
 
-`nbytes` is the size nccl-tests prints for the call: the larger of the send and receive buffer of
-one rank (all_gather: the gathered output; reduce_scatter: the whole input; all_to_all: the whole
+`nbytes` is the size nccl-tests prints for the call: the larger of one rank's send and receive
+buffers (all_gather: the gathered output; reduce_scatter: the whole input; all_to_all: the whole
 buffer; scatter/gather: the root's whole list; all_reduce, broadcast, reduce, send/recv: the buffer).
 
 The model (docs/cost-model.md says more):
 - ring collectives (all_reduce, all_gather, reduce_scatter, broadcast, reduce), for each protocol
   p in LL, LL128, Simple:
-      t_p = base_p + hops * hop_p + (busbytes + passes_c * nbytes / n) / bw_p
+      t_p = base_p + hops * hop_p + wire_p (+ min(fill_fraction * wire_p, hops * fill_cap) for Simple)
+      wire_p = (busbytes + passes_c * nbytes / n) / bw_p
   busbytes = nbytes x nccl-tests' busbw factor (what one rank sends over its link); hops = the
   ring's steps (all_reduce 2(n-1), the others n-1); bw_p = the ring's bus bandwidth for Simple,
-  times 0.92 for LL128, and half of it capped at ll_max_bw for LL (NCCL's fractions);
-  passes_c: extra passes over one rank's own chunk (local copy / reduction the ring does not
-  hide), per collective, calibrated. all_reduce also has a tree (NCCL's fractions, uncalibrated).
-  The fastest algorithm/protocol wins, as NCCL's tuner picks.
-- point-to-point collectives (all_to_all, scatter, gather, send/recv): one Simple-protocol
-  transfer, t = p2p_latency + (busbytes + passes_c * nbytes / n) / bus_bw.
+  0.92 of it for LL128, half of it capped at ll_max_bw for LL (NCCL's fractions); passes_c: extra
+  passes over one rank's own chunk (local copy / reduction the ring does not hide), per collective;
+  the fill term: Simple's chunked pipeline filling up. all_reduce may also use NCCL's tree (its
+  fractions, uncalibrated). The fastest algorithm/protocol wins, as NCCL's tuner picks.
+- point-to-point collectives (all_to_all, scatter, gather, send/recv): one transfer,
+      t = p2p_latency + (busbytes + passes_c * nbytes / n) / p2p_bw.
 - every call adds call_overhead (torch.distributed's GPU-side work around the NCCL kernel).
 That is the GPU time (what a CUDA-graph replay measures). `mode="eager"` predicts what back-to-back
 eager launches measure: max(host launch floor, GPU time), the floor being the host's time to
-issue one call (measured per collective and rank count, below 64 KB, where the GPU is idle).
+issue one call (measured per collective and rank count below 64 KB, where the GPU waits on the host).
 """
 from __future__ import annotations
 
@@ -139,10 +140,12 @@ class Machine:
         return f"{self.name}: {self.description}; {kind}, ring bus bandwidth {self.bus_bw_gbs:.0f} GB/s; {state}"
 
 
-# h200-nvlink4. Fixed at NCCL 2.28's own model (src/graph/tuning.cc, topo.h), which on the measured box
-# printed (investigation/inv-debug-nt.txt) 24 channels and ring LL/LL128/Simple latencies 10.2/25.4/28.8 us
-# for all_reduce on 4 GPUs: base_us 6.6/14.0/8.4 and hop_us 0.6/1.9/3.4 (NVLink), bus_bw_gbs 18 NVLink4
-# links x 20.6 GB/s = 370.8 (SM90_NVLINK_BW), LL128 at 0.92 of it, LL at half of it capped.
+# h200-nvlink4. Fixed at NCCL 2.28's own model (src/graph/tuning.cc, topo.h), whose tuning table on the
+# measured box (investigation/inv-debug-nt.txt) has ring all_reduce LL/LL128/Simple at 10.2/25.4/28.8 us
+# on 4 GPUs: base_us 6.6/14.0/8.4 and hop_us 0.6/1.9/3.4 (NVLink); LL128 at 0.92 of the bus bandwidth,
+# LL at half of it, capped. bus_bw_gbs: NCCL's NVLink4 link model, 18 links x 20.6 GB/s (SM90_NVLINK_BW)
+# = 370.8; NCCL's channel search on the box settled on 24 x 15 = 360, but broadcast and reduce measure
+# 369-370 GB/s busbw at 1 GiB, and a fit with the bandwidth free lands between 365 and 387.
 # Fitted by calibrate() (H200_FIT) to benchmarks/results/h200-2026-11-22/ (4x NVIDIA H200 SXM, every pair
 # NV18, NVLS off, torch 2.11.0+cu130, NCCL 2.28.9): realgpu-bench eager rows from 64 KB up and CUDA-graph
 # rows (8 B - 1 MiB) on 2 and 4 GPUs, all nine collectives. Reproduce with
@@ -152,14 +155,14 @@ class Machine:
 # collective and GPU count, measured from the same files, never fitted.
 H200_FIXED = {"bus_bw_gbs": 370.8, "hop_us": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}}
 H200_FIT = {
-    "ll_max_bw_gbs": 161.937,     # LL's bandwidth cap (NCCL's Hopper default: 141)
-    "call_overhead_us": 3.122,    # torch.distributed's GPU-side time per call (graph: torch 13 us, nccl-tests 9 us)
-    "p2p_latency_us": 8.6,        # all_to_all / scatter / gather / send-recv: fixed latency
-    "p2p_bw_gbs": 325.367,        # ... and bandwidth per GPU
-    "fill_fraction": 0.2,         # Simple protocol: pipeline fill, as a share of the transfer time ...
-    "fill_cap_us": 5.198,         # ... capped at this much per ring step
+    "ll_max_bw_gbs": 172.403,     # LL's bandwidth cap (NCCL's Hopper default: 141)
+    "call_overhead_us": 3.151,    # torch.distributed's GPU-side time per call (graph: torch 13 us, nccl-tests 9 us)
+    "p2p_latency_us": 8.569,      # all_to_all / scatter / gather / send-recv: fixed latency
+    "p2p_bw_gbs": 325.363,        # ... and bandwidth per GPU
+    "fill_fraction": 0.142,       # Simple protocol: pipeline fill, as a share of the transfer time ...
+    "fill_cap_us": 4.65,          # ... capped at this much per ring step
     "passes": {                   # extra passes over one rank's chunk (nbytes / n) at the link's rate
-        "all_reduce": 0.37, "all_gather": 0.452, "reduce_scatter": 0.45, "broadcast": 0.0, "reduce": 0.0,
+        "all_reduce": 0.359, "all_gather": 0.457, "reduce_scatter": 0.458, "broadcast": 0.0, "reduce": 0.005,
         "all_to_all": 0.237, "scatter": 0.0, "gather": 0.0, "sendrecv": 0.625},
 }
 H200_HOST_FLOOR_US: dict[str, dict[int, float]] = {
@@ -182,18 +185,19 @@ def _h200() -> Machine:
 
 
 def _h100_nccl_defaults() -> Machine:
-    # NCCL's defaults for 8 H100 SXM on NVSwitch, NVLS off: 18 NVLink4 links x 20.6 GB/s per channel
-    # budget -> NCCL's ring bus bandwidth ~370 GB/s. Not fitted to any measurement.
+    # NCCL's defaults for 8 H100 SXM on NVSwitch, NVLS off: 18 NVLink4 links x 20.6 GB/s (NCCL's
+    # SM90_NVLINK_BW) -> a ring bus bandwidth of 370.8 GB/s; NCCL's latencies. Not fitted to anything, and
+    # without torch's per-call overhead (about 3 us on the measured H200 box).
     return Machine(
         name="h100-nvlink4-nccl-defaults", description="NVIDIA H100 SXM x8 on NVSwitch, NVLS off (NCCL defaults)",
-        gpus=8, interconnect="nvlink", link_generation=4, links=18, link_bw_gbs=450.0, bus_bw_gbs=370.0,
+        gpus=8, interconnect="nvlink", link_generation=4, links=18, link_bw_gbs=450.0, bus_bw_gbs=370.8,
         base_us=dict(NCCL_BASE_US), hop_us=dict(NCCL_NVLINK_HOP_US), ll_max_bw_gbs=141.0,
         source="NCCL 2.28 src/graph/tuning.cc defaults; uncalibrated")
 
 
 def _pcie_nccl_defaults() -> Machine:
-    # A PCIe Gen4 x16 box (e.g. 4-8 GPUs under PCIe switches, no NVLink): NCCL's PCI latencies and
-    # its ring bandwidth on PCIe Gen4 (~24 GB/s per direction of a x16 link as NCCL models it).
+    # A PCIe Gen4 x16 box (e.g. 4-8 GPUs under PCIe switches, no NVLink): NCCL's PCI latencies and its
+    # PCIe bandwidth model (topo.cc: 16 GT/s x 16 lanes -> 24 GB/s per direction). Not fitted to anything.
     return Machine(
         name="pcie4-nccl-defaults", description="GPUs on PCIe Gen4 x16, no NVLink (NCCL defaults)",
         gpus=8, interconnect="pcie", link_generation=4, links=1, link_bw_gbs=32.0, bus_bw_gbs=24.0,
@@ -240,9 +244,10 @@ _TREE_FRACTION = {"LL": 0.92 / 3.8, "LL128": 0.92 * 7 / 9, "Simple": 0.92}
 _TREE_HOP_RATIO = {"LL": 0.6 / 0.6, "LL128": 1.25 / 1.9, "Simple": 4.0 / 3.4}  # NCCL's NVLink tree/ring
 
 
-def candidate_times(m: Machine, collectives: Sequence[str], nbytes: Any, n: Any) -> Any:
+def candidate_times(m: Machine, collectives: Sequence[str], nbytes: Any, n: Any, fill: bool = True) -> Any:
     """GPU time (us) of every way NCCL could run each call: an array (calls x _CANDIDATES), inf where
-    a way does not apply. The one place the model's arithmetic lives (numpy, so calibration is fast)."""
+    a way does not apply. The one place the model's arithmetic lives (numpy, so calibration is fast).
+    fill=False leaves out Simple's pipeline fill: the times NCCL's tuner compares (see chosen)."""
     import numpy as np
 
     names = [ALIASES.get(c, c) for c in collectives]
@@ -266,7 +271,7 @@ def candidate_times(m: Machine, collectives: Sequence[str], nbytes: Any, n: Any)
     for j, p in enumerate(PROTOCOLS):
         wire = moved / (m.protocol_bw(p) * 1e3)
         t = m.base_us[p] + hops * m.hop_us[p] + wire
-        if p == "Simple":  # chunked pipeline: filling it costs a share of the transfer, up to a cap
+        if p == "Simple" and fill:  # chunked pipeline: filling it costs a share of the transfer, up to a cap
             t = t + np.minimum(m.fill_fraction * wire, hops * m.fill_cap_us)
         out[:, j] = np.where(is_ring & multi, t, np.inf)
         if m.tree:
@@ -281,6 +286,19 @@ def candidate_times(m: Machine, collectives: Sequence[str], nbytes: Any, n: Any)
     return out + m.call_overhead_us
 
 
+def chosen(m: Machine, collectives: Sequence[str], nbytes: Any, n: Any) -> tuple[Any, Any]:
+    """(GPU time in us, index into _CANDIDATES) of the way NCCL runs each call. NCCL's tuner picks by its
+    own latency/bandwidth model, which knows nothing of the Simple protocol's pipeline fill; so the
+    choice is made without it, and the time is then the chosen way's whole time. (Choosing on the whole
+    times instead would keep LL128 up to ~100 MB on 4 GPUs, where NCCL switches to Simple near 10 MB.)
+    Sizes only ever move a call to a way with more bandwidth, so the time still never falls with size."""
+    import numpy as np
+
+    full = candidate_times(m, collectives, nbytes, n)
+    pick = np.argmin(candidate_times(m, collectives, nbytes, n, fill=False), axis=1)
+    return full[np.arange(pick.size), pick], pick
+
+
 def candidates(m: Machine, collective: str, nbytes: float, n: int) -> list[tuple[float, str, str]]:
     """(GPU time in us, algorithm, protocol) of every way NCCL could run one call, fastest first."""
     times = candidate_times(m, [collective], [nbytes], [n])[0]
@@ -289,7 +307,8 @@ def candidates(m: Machine, collective: str, nbytes: float, n: int) -> list[tuple
 
 def predict(m: Machine, collective: str, nbytes: float, n: int, mode: str = "gpu") -> Prediction:
     """Predicted time of one call: mode "gpu" (GPU time) or "eager" (max(host floor, GPU time))."""
-    t, algo, proto = min(candidates(m, collective, nbytes, n))
+    times, pick = chosen(m, [collective], [nbytes], [n])
+    t, (algo, proto) = float(times[0]), _CANDIDATES[int(pick[0])]
     if mode == "gpu" or mode.startswith("graph"):
         return Prediction(t, t, algo, proto)
     if mode == "eager":
@@ -351,7 +370,7 @@ def predict_rows(m: Machine, rows: Sequence[Row]) -> list[float]:
 
     if not rows:
         return []
-    gpu = candidate_times(m, [r.collective for r in rows], [r.size for r in rows], [r.n for r in rows]).min(axis=1)
+    gpu = chosen(m, [r.collective for r in rows], [r.size for r in rows], [r.n for r in rows])[0]
     floors = np.array([m.floor_us(r.collective, r.n) if r.mode == "eager" else 0.0 for r in rows])
     return [float(x) for x in np.maximum(gpu, floors)]
 
@@ -434,7 +453,7 @@ def calibrate(rows: Sequence[Row], base: Machine | None = None, iterations: int 
                          for (k, how), v in zip(params, x)})
 
     def residuals(x: Any) -> Any:
-        gpu = candidate_times(decode(x), names, size, ranks).min(axis=1)
+        gpu = chosen(decode(x), names, size, ranks)[0]
         return np.log(np.maximum(gpu, floor)) - logt
 
     x = encode(_set(m0, START))  # always from NCCL's defaults: the fit does not depend on the preset's numbers
@@ -602,9 +621,18 @@ def report(m: Machine, rows: Sequence[Row], command: str = "", holdouts: dict[st
             f"**overall, {label}**", "all",
             lambda r, s=members: r.collective in s and r.mode == "eager" and r.size >= min_bytes,
             lambda r, s=members: r.collective in s and r.mode == "eager" and r.size >= GPU_BOUND_MIN_BYTES,
-            lambda r, s=members: r.collective in s and r.mode == "graph" and r.size >= min_bytes, False))
-    lines += ["", "## Constants", "", "```", json.dumps(fitted_constants(m), indent=1),
-              "host_floor_us = " + json.dumps(m.host_floor_us), "```", ""]
+            lambda r, s=members: r.collective in s and r.mode == "graph" and r.size >= min_bytes,
+            members == MAIN_COLLECTIVES))
+    lines += ["", "Where a main collective misses the target, its misses are the host-bound eager rows (64 KiB to "
+              "a few MiB, marked `host` below): there an eager call costs the host's launch time, which in these "
+              "runs jumps between neighbouring sizes (all_gather, 4 GPUs, out of place: 44 us at 128 KiB, 226 us "
+              "at 256 KiB, 47 us at 512 KiB), and no smooth model follows it. From "
+              f"{_size(GPU_BOUND_MIN_BYTES)} up, where the GPU sets the time, see the second column.", ""]
+    fixed = {"bus_bw_gbs": m.bus_bw_gbs, "base_us": m.base_us, "hop_us": m.hop_us,
+             "ll128_fraction": m.ll128_fraction, "ll_fraction": m.ll_fraction}
+    lines += ["## Constants", "", "```", "fixed (NCCL's model) = " + json.dumps(fixed),
+              "fitted = " + json.dumps(fitted_constants(m)),
+              "host_floor_us (measured below 64 KiB) = " + json.dumps(m.host_floor_us), "```", ""]
     lines += ["## Every op and size", "",
               "Eager: measured out-of-place / in-place where both exist; the error is of each placement. "
               "`host` marks predictions set by the host floor.", ""]
