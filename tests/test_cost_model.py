@@ -140,10 +140,23 @@ def test_uncalibrated_presets_say_so() -> None:
 def test_committed_report_is_what_the_command_prints(rows, h200) -> None:
     committed = (RESULTS / "predicted-vs-measured.md").read_text()
     command, _, body = committed.partition("\n")
-    assert command.startswith("Command: `python -m simgpu.cost_model --measured")
+    assert command.startswith("Command: `python -m simgpu.cost_model --measured") and "--nccl-tests" in command
     holdouts = {"alternate sizes": cm.holdout_alternate_sizes(rows, h200),
                 "other GPU count": cm.holdout_other_gpu_count(rows, h200)}
-    assert body.strip() == cm.report(h200, rows, "", holdouts).strip()
+    nccl_tests = cm.load_nccl_tests(RESULTS / "nccl-tests")
+    assert body.strip() == cm.report(h200, rows, "", holdouts, nccl_tests=nccl_tests).strip()
+
+
+def test_nccl_tests_cross_check(h200) -> None:
+    """Never fitted on: nccl-tests on the same box, the model less torch's per-call overhead."""
+    import dataclasses
+
+    nt = cm.load_nccl_tests(RESULTS / "nccl-tests")
+    assert {(r.collective, r.n, r.mode) for r in nt} >= {(c, n, m) for c in cm.COLLECTIVES for n in (2, 4)
+                                                          for m in ("eager", "graph")}
+    bare = dataclasses.replace(h200, call_overhead_us=0.0, host_floor_us={})
+    big = lambda r: r.collective in cm.MAIN_COLLECTIVES and r.mode == "eager" and r.size >= cm.GPU_BOUND_MIN_BYTES  # noqa: E731
+    assert _error(bare, nt, big) <= 0.04
 
 
 # ----------------------------------------------------------------------------- what the ranks record
