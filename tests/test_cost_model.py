@@ -261,3 +261,29 @@ def test_simgpu_run_predict_prints_the_table(tmp_path: Path) -> None:
     assert float(table["all_reduce"][4]) == pytest.approx(3 * ar, abs=0.1)
     assert float(table["total"][4]) == pytest.approx(3 * ar + 2 * bc, abs=0.1)
     assert "0:" in table["per"] and "1:" in table["per"]
+
+
+def test_pytest_predict_prints_the_section(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("SIMGPU_PREDICT") and k not in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "CI")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(tmp_path / "hypothesis")
+    base = [sys.executable, "-m", "pytest", "conformance/test_collectives.py", "-p", "no:cacheprovider", "-q",
+            "--max-world-size", "2", "--report-dir", str(tmp_path / "reports"), "--hypothesis-seed=0"]
+    done = subprocess.run([*base, "-k", "broadcast-float32", "--predict", "h200-nvlink4"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("=") and "predicted GPU communication" in line)
+    section = []
+    for line in lines[start + 1:]:
+        if line.startswith("="):
+            break
+        section.append(line)
+    rows = {line.split()[0]: line.split() for line in section if line.strip()}
+    assert "broadcast" in rows and "total" in rows and "per" in rows, section
+    assert rows["per"][:2] == ["per", "rank/world:"] and "0/1:" in rows["per"] and "1/2:" in rows["per"]
+    bad = subprocess.run([*base, "--predict", "h900"], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                         env=env)
+    assert bad.returncode != 0
+    assert "--predict: unknown machine preset 'h900'; known presets: " + ", ".join(cm.presets()) in bad.stderr
