@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-r", "--root", type=int, default=0, help="root of broadcast, reduce, scatter, gather")
     p.add_argument("-n", "--iters", type=int, default=20, help="timed launches per size")
     p.add_argument("-w", "--warmup_iters", type=int, default=5, help="untimed launches first")
+    p.add_argument("--trials", type=int, default=1, help="repeat the timed -n launches this many times and "
+                   "report the median (a host hiccup in one trial no longer counts; nccl-tests times one)")
     p.add_argument("-G", "--cudagraph", type=int, default=0, help="capture the -n launches in a CUDA graph and "
                    "replay it this many times (0: eager)")
     p.add_argument("--placement", default="out,in", help="out (separate buffers), in (in place), or both")
@@ -163,8 +165,8 @@ def run(args: argparse.Namespace, out: Any = None) -> dict:
     placements = tuple(x.strip() for x in args.placement.split(",") if x.strip())
     if not placements or set(placements) - {"in", "out"}:
         raise UsageError(f"--placement {args.placement!r}: expected out, in, or out,in")
-    if args.iters < 1 or args.warmup_iters < 0 or args.cudagraph < 0:
-        raise UsageError("-n must be at least 1, -w and -G at least 0")
+    if args.iters < 1 or args.warmup_iters < 0 or args.cudagraph < 0 or args.trials < 1:
+        raise UsageError("-n and --trials must be at least 1, -w and -G at least 0")
     binding, gpus = _binding(args.backend)
     if args.cudagraph and binding.device != "cuda":
         raise UsageError("-G/--cudagraph needs GPUs (CUDA graphs); drop it for CPU backends")
@@ -174,6 +176,7 @@ def run(args: argparse.Namespace, out: Any = None) -> dict:
     doc: dict = {"tool": "realgpu.bench", "command": "realgpu-bench " + " ".join(shlex.quote(a) for a in args.argv),
                  "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                  "settings": {"iters": args.iters, "warmup": args.warmup_iters, "cudagraph": args.cudagraph,
+                              "trials": args.trials,
                               "datatype": args.datatype, "op": args.op, "root": args.root,
                               "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}},
                  "environment": {}, "results": []}
@@ -191,7 +194,8 @@ def run(args: argparse.Namespace, out: Any = None) -> dict:
                 if name == "sendrecv" and world_size < 2:
                     continue
                 plan = Plan(name, size_list, DTYPE_NAMES[args.datatype], OP_NAMES[args.op], args.root,
-                            args.iters, args.warmup_iters, args.cudagraph, placements, bool(args.check), flavor)
+                            args.iters, args.warmup_iters, args.cudagraph, placements, bool(args.check), flavor,
+                            args.trials)
                 outcomes = pool.run(bench_rank, plan)
                 failed = [o for o in outcomes if not o.ok]
                 if failed:

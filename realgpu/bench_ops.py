@@ -13,6 +13,7 @@ CUDA graph in graph mode) and the output is compared with what the spec says it 
 """
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -77,6 +78,7 @@ class Plan:
     placements: tuple[str, ...] = ("out", "in")
     check: bool = True
     flavor: str = "nccl"
+    trials: int = 1               # timed runs of `iters` launches; the median counts (nccl-tests: one)
 
 
 @dataclass
@@ -332,7 +334,7 @@ def bench_rank(ctx: Any, plan: Plan) -> list[Result]:
             buffers = Buffers(ctx, col, chunk, total, plan, placement)
             buffers.fill()
             measure = time_graph if plan.graph_launches else time_eager
-            time_us = measure(buffers, plan, timer)
+            time_us = statistics.median(measure(buffers, plan, timer) for _ in range(plan.trials))
             ok, detail = _checked_launch(buffers, plan, timer) if plan.check else (True, "not checked")
             results.append(Result(total * elt, size // elt, placement, time_us, ok, detail))
             del buffers

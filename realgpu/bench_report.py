@@ -37,7 +37,8 @@ def format_table(rows: list[dict], env: dict, plan: Any, world_size: int, mode: 
     """One collective at one world size, laid out as nccl-tests prints it (out-of-place, then in-place)."""
     by_key = {(r["size"], r["placement"]): r for r in rows}
     lines = [f"# realgpu-bench: {rows[0]['collective'] if rows else plan.collective}, {world_size} rank(s), {mode}, "
-             f"{plan.iters} iters after {plan.warmup} warm-up, median across ranks",
+             f"{plan.iters} iters after {plan.warmup} warm-up"
+             f"{f', median of {plan.trials} trials' if plan.trials > 1 else ''}, median across ranks",
              f"# {environment_line(env)}",
              "#",
              f"# {'':>53}{'out-of-place':>20}{'':>17}{'in-place':>16}",
