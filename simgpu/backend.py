@@ -50,6 +50,7 @@ from torch._C._distributed_c10d import (
 from simgpu import comm_log, faults
 from simgpu import nccl_rules as rules
 from simgpu.cuda_sim.tensors import suspended
+from simgpu.p2p_pairs import PairRendezvous
 from simgpu.strict import Call, StrictChecker
 
 BACKEND_NAME = "sim"
@@ -215,6 +216,7 @@ class SimProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self._gloo = _make_gloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
         self._strict = StrictChecker(store, rank, size, label=self._label)
+        self._pairs = PairRendezvous(store, rank, label=self._label)
         self._local = threading.local()  # .checked: the current call has passed the strict check
 
     def _get_backend(self, device: Any) -> Any:
@@ -711,6 +713,7 @@ class SimProcessGroup(dist.ProcessGroup):
         rules.check_p2p_dense(t, self._ctx("send", "tensor"))
         rules.check_dtype(t, self._ctx("send", "tensor"))
         rules.warn_p2p_layout(t)
+        self._pairs.first_contact(dst, "send")
         work = SimWork(self._gloo.send([_raw_bytes(t.contiguous())], dst, tag), [t])
         if comm_log.ACTIVE is not False:
             comm_log.record("send", 2, (tensors,))
@@ -721,6 +724,7 @@ class SimProcessGroup(dist.ProcessGroup):
         rules.check_p2p_dense(t, self._ctx("recv", "tensor"))
         rules.check_dtype(t, self._ctx("recv", "tensor"))
         rules.warn_p2p_layout(t)
+        self._pairs.first_contact(src, "recv")
         target = _contiguous(t)
 
         def finish() -> None:

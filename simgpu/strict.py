@@ -23,7 +23,8 @@ Point-to-point ops (send/recv/isend/irecv, batch_isend_irecv) are not checked. T
 order (NCCL runs them on per-pair streams, in any interleaving with collectives), irecv may match
 any later isend, and a missing peer already surfaces as a blocked wait that the pool's watchdog
 reports with every rank's stack. A pairwise check would need a store round trip per message and
-could still not order a recv against the sends of other pairs.
+could still not order a recv against the sends of other pairs. (What NCCL does make blocking, the
+first send/recv of each pair, is modelled in simgpu.p2p_pairs, with its deadlock reported.)
 
 Fields compared per collective are only those NCCL needs to agree: element counts (not shapes: a
 (2, 3) tensor all-reduces with a (6,) one on NCCL), dtypes, reduce op, root, and for the ops that

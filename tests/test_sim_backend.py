@@ -310,6 +310,44 @@ def point_to_point(ctx):
 
 
 @case
+def p2p_ring(ctx, order):
+    """A ring of isend(next) / irecv(prev): "naive" (every rank sends first), "paired" (odd ranks
+    receive first), or "batch" (naive order inside batch_isend_irecv)."""
+    from simgpu import strict
+
+    strict.set_timeout(5.0)
+    try:
+        n, r = ctx.world_size, ctx.rank
+        send, got = torch.tensor([float(r)]), torch.zeros(1)
+        ops = [(dist.isend, send, (r + 1) % n), (dist.irecv, got, (r - 1) % n)]
+        if order == "paired" and r % 2:
+            ops.reverse()
+        if order == "batch":
+            works = dist.batch_isend_irecv([dist.P2POp(*op) for op in ops])
+        else:
+            works = [fn(t, peer) for fn, t, peer in ops]
+        for work in works:
+            work.wait()
+        return got.item()
+    finally:
+        strict.set_timeout(None)
+
+
+@case
+def p2p_unanswered(ctx):
+    """Rank 0 sends to rank 1, which never receives: NCCL's pair rendezvous never completes."""
+    from simgpu import strict
+
+    strict.set_timeout(1.0)
+    try:
+        if ctx.rank == 0:
+            dist.send(torch.ones(1), 1)
+        return "done"
+    finally:
+        strict.set_timeout(None)
+
+
+@case
 def objects(ctx):
     n, r = ctx.world_size, ctx.rank
     objs = [{"from": 0, "x": [1, 2]}, None] if r == 0 else [None, None]
@@ -617,3 +655,29 @@ def test_missing_rank_times_out():
         second = pool.run(rank_call, "after_timeout")
         assert all(o.ok for o in second), [o.describe() for o in second]
         assert pool.starts == 2 and not set(pids) & set(pool.pids())
+
+
+@pytest.mark.parametrize("order", ["paired", "batch"])
+def test_p2p_ring_orders_that_work_on_nccl(pool3, order):
+    assert values(pool3.run(rank_call, "p2p_ring", order)) == [2.0, 0.0, 1.0]
+
+
+def test_naive_p2p_ring_is_the_deadlock_nccl_hangs_in():
+    """[nccl-run 2026-11-22] every rank's first call is isend(next): each pair's communicator waits for a
+    rank that waits in turn. NCCL hangs; the simulator raises on every rank, naming the cycle."""
+    with RankPool(3, Binding("sim"), timeout=60.0) as pool:
+        outcomes = pool.run(rank_call, "p2p_ring", "naive")
+        assert [o.error_type for o in outcomes] == ["simgpu.p2p_pairs.P2PDeadlock"] * 3, [o.describe() for o in outcomes]
+        for o in outcomes:
+            assert "rank 0 send(dst=1)" in o.error and "rank 2 send(dst=0)" in o.error, o.error
+            assert "test_sim_backend.py" in o.error and "batch_isend_irecv" in o.error
+        assert values(pool.run(rank_call, "p2p_ring", "paired")) == [2.0, 0.0, 1.0]  # fresh ranks work
+
+
+def test_first_send_without_a_receiver_times_out_not_hangs():
+    with RankPool(2, Binding("sim"), timeout=60.0) as pool:
+        outcomes = pool.run(rank_call, "p2p_unanswered")
+        assert outcomes[1].value == "done"
+        assert outcomes[0].error_type == "simgpu.p2p_pairs.P2PTimeout"
+        assert "first send with rank 1" in outcomes[0].error and "pair's communicator" in outcomes[0].error
+
