@@ -105,7 +105,8 @@ def markdown(lines: list[dict], env: dict) -> str:
         summary.append(f"| {name} | {gpus} | {mode} | {len(graded)} | {len(graded) - len(misses)} | {worst_text} |")
     out += ["## Summary", ""] + summary + [""]
     for (name, gpus, mode), rows in groups.items():
-        out += [f"## {name}, {gpus} GPUs, {mode} ({rows[0]['placement']}-of-place)", "",
+        placement = "in place" if rows[0]["placement"] == "in" else "out of place"
+        out += [f"## {name}, {gpus} GPUs, {mode} ({placement})", "",
                 "| size | realgpu-bench us | nccl-tests us | time ratio | realgpu-bench busbw | nccl-tests busbw "
                 "| busbw ratio | goal |", "|---|---|---|---|---|---|---|---|"]
         for r in rows:

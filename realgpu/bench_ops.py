@@ -30,17 +30,27 @@ class Collective:
     """A benchmarked collective: the conformance spec it is checked by, its buffers and its placements."""
 
     name: str
-    spec: str
+    specs: str            # the conformance spec(s), "a|b": the first this torch has
     split: str            # "none": one buffer of count; "out": output = n chunks; "in": input = n chunks; "peer": n x n
     placements: tuple[str, ...]
     reduces: bool = False
     rooted: bool = False
 
+    def spec(self) -> Any:
+        """The conformance spec this torch has (all_gather_single on 2.12+, all_gather_into_tensor before)."""
+        from conformance.spec import all_specs
+
+        available = all_specs()
+        for name in self.specs.split("|"):
+            if name in available:
+                return available[name]
+        raise RuntimeError(f"torch.distributed has none of {self.specs.replace('|', ', ')} for {self.name}")
+
 
 COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
     Collective("all_reduce", "all_reduce", "none", ("in",), reduces=True),
-    Collective("all_gather", "all_gather_into_tensor", "out", ("out", "in")),
-    Collective("reduce_scatter", "reduce_scatter_tensor", "in", ("out", "in"), reduces=True),
+    Collective("all_gather", "all_gather_single|all_gather_into_tensor", "out", ("out", "in")),
+    Collective("reduce_scatter", "reduce_scatter_single|reduce_scatter_tensor", "in", ("out", "in"), reduces=True),
     Collective("broadcast", "broadcast", "none", ("in",), rooted=True),
     Collective("reduce", "reduce", "none", ("in",), reduces=True, rooted=True),
     Collective("all_to_all", "all_to_all_single", "peer", ("out",)),
@@ -94,10 +104,13 @@ class Result:
 
 
 def pattern(rank: int, salt: int, count: int, dtype: Any, device: Any) -> Any:
-    """Integer values in [-30, 30] (0..60 for unsigned dtypes), distinct per (rank, salt) and position."""
+    """Integer values in [-30, 30] (0..60 for unsigned dtypes) repeating with PERIOD, in an order of
+    their own per (rank, salt): a random permutation, so that no shift of one rank's data equals
+    another's (a linear pattern made all_to_all's transposed result pass at some chunk sizes)."""
     import torch
 
-    base = (torch.arange(PERIOD, device=device) * 7 + rank * 131 + salt * 17) % PERIOD
+    generator = torch.Generator().manual_seed(1_000_003 * rank + salt)
+    base = torch.randperm(PERIOD, generator=generator).to(device)
     if dtype in (torch.uint8, torch.bool):
         values = base
     else:
@@ -154,12 +167,9 @@ class Buffers:
             return lambda: dist.broadcast(send, src=plan.root)
         if name == "reduce":
             return lambda: dist.reduce(send, dst=plan.root, op=op)
-        if name == "all_gather":  # all_gather_single where torch has it (2.12+ deprecates the old name)
-            gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-            return lambda: gather(recv, send)
-        if name == "reduce_scatter":
-            scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-            return lambda: scatter(recv, send, op=op)
+        if name in ("all_gather", "reduce_scatter"):  # the function of the spec: *_single on torch 2.12+
+            fn = getattr(dist, self.col.spec().name)
+            return (lambda: fn(recv, send)) if name == "all_gather" else (lambda: fn(recv, send, op=op))
         if name == "all_to_all":
             return lambda: dist.all_to_all_single(recv, send)
         if name == "scatter":
@@ -194,13 +204,13 @@ class Buffers:
 
     def check(self, waited: Any) -> tuple[bool, str]:
         """The spec's one-rank oracle check of what the last launch left in the buffers."""
-        from conformance.spec import Case, all_specs
+        from conformance.spec import Case
         from conformance.tensors import arrays
 
-        spec = all_specs()[self.col.spec]
+        spec = self.col.spec()
         n, name = self.n, self.col.name
         per_rank = [arrays(self.inputs_for(r)) for r in range(n)]
-        case = Case(self.col.spec, n, self.plan.dtype, self.plan.op if self.col.reduces else None,
+        case = Case(spec.name, n, self.plan.dtype, self.plan.op if self.col.reduces else None,
                     root=self.plan.root)
         if name == "scatter":
             case.inputs = per_rank[self.plan.root]
@@ -336,7 +346,8 @@ def bench_rank(ctx: Any, plan: Plan) -> list[Result]:
             measure = time_graph if plan.graph_launches else time_eager
             time_us = statistics.median(measure(buffers, plan, timer) for _ in range(plan.trials))
             ok, detail = _checked_launch(buffers, plan, timer) if plan.check else (True, "not checked")
-            results.append(Result(total * elt, size // elt, placement, time_us, ok, detail))
+            shown_count = total if col.split == "none" else chunk  # nccl-tests' count column: its paramcount
+            results.append(Result(total * elt, shown_count, placement, time_us, ok, detail))
             del buffers
     return results
 

@@ -171,6 +171,8 @@ def summarize(logs: Sequence[dict], machine_name: str) -> dict:
         who = f"{rank}/{world}" if several else f"{rank}"
         per = ranks.setdefault(who, {})
         for op, n, nbytes, calls in log["calls"]:
+            if op == "recv":  # the other half of a peer's send: the model's sendrecv prices the pair once
+                continue
             if nbytes < 0:
                 unknown += calls
                 continue
