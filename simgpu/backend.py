@@ -216,7 +216,7 @@ class SimProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self._gloo = _make_gloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
         self._strict = StrictChecker(store, rank, size, label=self._label)
-        self._pairs = PairRendezvous(store, rank, label=self._label)
+        self._pairs = PairRendezvous(store, rank, label=self._label, global_rank=self._global_rank)
         self._local = threading.local()  # .checked: the current call has passed the strict check
 
     def _get_backend(self, device: Any) -> Any:
@@ -274,6 +274,13 @@ class SimProcessGroup(dist.ProcessGroup):
         except Exception:  # noqa: BLE001 - only used in messages
             return label
         return f"{label} (global ranks {ranks})"
+
+    def _global_rank(self, group_rank: int) -> int:
+        """A group rank as a global rank, for messages (the group rank itself if torch cannot say)."""
+        try:
+            return dist.get_global_rank(self, group_rank)
+        except Exception:  # noqa: BLE001 - only used in messages
+            return group_rank
 
     def _ctx(self, op: str, arg: str) -> str:
         return f"rank {self.rank()}, {op}() argument '{arg}'"
@@ -746,9 +753,12 @@ class SimProcessGroup(dist.ProcessGroup):
         return SimWork(self._gloo.barrier(opts), [])
 
     def _start_coalescing(self, device: Any = None) -> None:
-        """NCCL batches the ops up to _end_coalescing; running them as they come gives the same results."""
+        """NCCL batches the ops up to _end_coalescing; running them as they come gives the same results
+        (send/recv in between use the group's communicator: no pair rendezvous)."""
+        self._pairs.coalescing(True)
 
     def _end_coalescing(self, device: Any = None) -> SimWork:
+        self._pairs.coalescing(False)
         return SimWork(None, [])
 
     def shutdown(self) -> None:

@@ -1,30 +1,40 @@
 """NCCL's first point-to-point call between two ranks: a rendezvous, and the deadlock it can make.
 
 ProcessGroupNCCL (torch 2.11, NCCL 2.28.9) gives each pair of ranks its own communicator, created
-at the pair's first send/recv and blocking until both ranks have reached their first call with each
-other. A ring where every rank first calls `isend(next)` and then `irecv(prev)` therefore deadlocks
-at 3+ ranks: each rank waits for its next rank, which waits for its own next (seen on 4x H200,
-conformance/results/h200-2026-11-22-full/). Ops inside `batch_isend_irecv` are one NCCL group on the
-group's communicator and create no pair communicator.
+at the pair's first send/recv and blocking the calling thread until both ranks have reached their
+first call with each other. A ring where every rank first calls `isend(next)` and then `irecv(prev)`
+therefore deadlocks at 3+ ranks: each rank waits for its next rank, which waits for its own next
+(seen on 4x H200, conformance/results/h200-2026-11-22-full/). Ops inside `batch_isend_irecv` (or any
+coalescing block) are one NCCL group on the group's communicator and create no pair communicator.
 
-Here each rank announces its first call with a peer in the group's store and waits for the peer's;
-while it waits it follows the "waits for" chain of the ranks it waits on. A chain that comes back to
-this rank, unchanged over two readings, is the deadlock NCCL would hang in: every rank of the cycle
-raises P2PDeadlock naming the cycle. A peer that never makes its first call gives P2PTimeout after
-the strict deadline (simgpu.strict: SIMGPU_STRICT_TIMEOUT, 30 s). SIMGPU_STRICT=0 turns this off too.
+The model. A rank's first call with a peer posts "arrived" for the pair, and, unless an earlier first
+call of its own is still unanswered, "this rank is blocked on that peer": on NCCL a rank is blocked
+on its earliest unanswered first call, and nothing after it runs. The rank then waits a short
+while (WINDOW_S) for the peer, following the chain of blocked ranks: a chain that comes back to this
+rank, unchanged over two readings, is the cycle NCCL would hang in, and P2PDeadlock is raised naming
+it. If the peer has not come by the end of the window the rank goes on: the simulator's collectives
+block the host where NCCL's do not (a peer may be waiting in a collective for this very rank), so a
+longer wait here could invent hangs that NCCL does not have. The "blocked on" entry stays until the
+peer arrives, so ranks that come later still see the cycle. Keys are scoped to one creation of the
+group (a store counter), so a re-created group with the same store starts clean. SIMGPU_STRICT=0
+turns the model off with the strict check.
 """
 from __future__ import annotations
 
+import inspect
 import sys
+import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch.distributed as dist
 
 from simgpu import strict
 
 _PREFIX = "simgpu/p2p"
-_CONFIRM_S = 0.1  # a cycle must read the same twice this far apart (a rank may be between two waits)
+WINDOW_S = 2.0    # how long a first call waits for its peer before the rank goes on (capped by the strict deadline)
+_CONFIRM_S = 0.1  # a cycle must read the same twice this far apart (a rank may be between two calls)
+_BATCH_CODE = None
 
 
 class P2PDeadlock(RuntimeError):
@@ -33,65 +43,92 @@ class P2PDeadlock(RuntimeError):
     poisons_process_group = True
 
 
-class P2PTimeout(RuntimeError):
-    """A peer did not make its first point-to-point call with this rank before the strict deadline."""
-
-    poisons_process_group = True
-
-
-def inside_batch() -> bool:
-    """Whether the current send/recv was issued by dist.batch_isend_irecv (one NCCL group: no pair rendezvous)."""
-    batch = dist.distributed_c10d.batch_isend_irecv.__code__
-    frame = sys._getframe(1)
+def _inside_batch_isend_irecv() -> bool:
+    """Whether the current send/recv comes from dist.batch_isend_irecv (its own code, under any wrapper)."""
+    global _BATCH_CODE
+    if _BATCH_CODE is None:
+        _BATCH_CODE = inspect.unwrap(dist.distributed_c10d.batch_isend_irecv).__code__
+    frame = sys._getframe(2)
     while frame is not None:
-        if frame.f_code is batch:
+        if frame.f_code is _BATCH_CODE:
             return True
         frame = frame.f_back
     return False
 
 
 class PairRendezvous:
-    """Per group and rank: the peers whose pair communicator exists, and the first-call rendezvous."""
+    """Per group and rank: which pairs have their communicator, and the first-call rendezvous."""
 
-    def __init__(self, store: dist.Store, rank: int, label: Any = lambda: "the process group"):
+    def __init__(self, store: dist.Store, rank: int, label: Callable[[], str] = lambda: "the process group",
+                 global_rank: Callable[[int], int] = lambda r: r):
         self.store = store
         self.rank = rank
         self._label = label
+        self._global = global_rank
+        self._generation: int | None = None
         self._ready: set[int] = set()
+        self._local = threading.local()  # .coalescing: inside _start_coalescing/_end_coalescing
+
+    def coalescing(self, on: bool) -> None:
+        """ProcessGroup._start_coalescing / _end_coalescing: the ops in between are one NCCL group."""
+        self._local.coalescing = on
 
     def first_contact(self, peer: int, op: str) -> None:
-        """Block until `peer` has made its first send/recv with this rank (once per pair)."""
-        if peer in self._ready or peer == self.rank or not strict.enabled() or inside_batch():
+        """A send/recv with `peer` (a group rank): the pair's rendezvous if it is the first (see module doc)."""
+        if peer in self._ready or peer == self.rank or not strict.enabled():
             return
-        site = strict.call_site()
-        self.store.set(self._arrived(self.rank, peer), "1")
-        self.store.set(self._waiting(self.rank), f"{peer}|{op}|{site}")
-        deadline = time.monotonic() + strict.get_timeout()
+        if getattr(self._local, "coalescing", False) or _inside_batch_isend_irecv():
+            return
+        if self._arrived_from(peer):
+            self._ready.add(peer)
+            self._mark_arrived(peer)
+            self._unblock_if_on(peer)
+            return
+        self._mark_arrived(peer)
+        if self._blocked_on() is None:
+            self.store.set(self._waiting(self.rank), f"{peer}|{op}|{strict.call_site()}")
+        deadline = time.monotonic() + min(WINDOW_S, strict.get_timeout())
         pause = 0.001
-        while not self.store.check([self._arrived(peer, self.rank)]):
+        while not self._arrived_from(peer):
             cycle = self._cycle()
             if cycle:
                 time.sleep(_CONFIRM_S)
-                if self._cycle() == cycle:  # this rank's waiting entry stays: the others see the cycle too
+                if self._cycle() == cycle:
                     raise P2PDeadlock(self._deadlock_message(cycle))
             if time.monotonic() > deadline:
-                raise P2PTimeout(
-                    f"rank {self.rank}: its first {op} with rank {peer} ({site}) waited "
-                    f"{strict.get_timeout():.0f}s for rank {peer}'s first send/recv with rank {self.rank} in "
-                    f"{self._label()}; on NCCL this hangs while creating the pair's communicator")
+                return  # go on; the entry stays until the peer arrives (see module doc)
             time.sleep(pause)
             pause = min(pause * 2, 0.02)
-        self.store.set(self._waiting(self.rank), "")
         self._ready.add(peer)
+        self._unblock_if_on(peer)
 
-    def _arrived(self, who: int, peer: int) -> str:
-        return f"{_PREFIX}/arrived/{who}/{peer}"
+    # ------------------------------------------------------------------ store keys (one group creation)
+    def _key(self, *parts: Any) -> str:
+        if self._generation is None:  # every rank creates the group the same number of times
+            self._generation = self.store.add(f"{_PREFIX}/generation/{self.rank}", 1)
+        return "/".join([_PREFIX, str(self._generation), *map(str, parts)])
+
+    def _mark_arrived(self, peer: int) -> None:
+        self.store.set(self._key("arrived", self.rank, peer), "1")
+
+    def _arrived_from(self, peer: int) -> bool:
+        return self.store.check([self._key("arrived", peer, self.rank)])
 
     def _waiting(self, who: int) -> str:
-        return f"{_PREFIX}/waiting/{who}"
+        return self._key("waiting", who)
+
+    def _blocked_on(self) -> int | None:
+        """The peer of this rank's earliest unanswered first call, if one is still unanswered."""
+        edge = self._waits_for(self.rank)
+        return None if edge is None else edge[0]
+
+    def _unblock_if_on(self, peer: int) -> None:
+        key = self._waiting(self.rank)
+        if self.store.check([key]) and self.store.get(key).decode().startswith(f"{peer}|"):
+            self.store.set(key, "")
 
     def _waits_for(self, who: int) -> tuple[int, str, str] | None:
-        """(peer, op, call site) that `who` is blocked on, or None."""
+        """(peer, op, call site) that `who` is blocked on, or None (not blocked, or its peer has arrived)."""
         key = self._waiting(who)
         if not self.store.check([key]):
             return None
@@ -99,16 +136,14 @@ class PairRendezvous:
         if not text:
             return None
         peer, op, site = text.split("|", 2)
-        peer_i = int(peer)
-        if self.store.check([self._arrived(peer_i, who)]):
-            return None  # the peer has arrived: `who` is about to go on
-        return peer_i, op, site
+        if self.store.check([self._key("arrived", int(peer), who)]):
+            return None
+        return int(peer), op, site
 
     def _cycle(self) -> list[tuple[int, int, str, str]] | None:
-        """The chain of blocked ranks starting here, if it comes back here: (rank, peer, op, site) each."""
+        """The chain of blocked ranks from this one, if it comes back here: (rank, peer, op, site) each."""
         chain: list[tuple[int, int, str, str]] = []
-        who = self.rank
-        seen = set()
+        who, seen = self.rank, set()
         while who not in seen:
             seen.add(who)
             edge = self._waits_for(who)
@@ -119,11 +154,11 @@ class PairRendezvous:
         return chain if who == self.rank else None
 
     def _deadlock_message(self, cycle: list[tuple[int, int, str, str]]) -> str:
-        steps = "; ".join(f"rank {r} {op}({'dst' if op == 'send' else 'src'}={p}) at {site} waits for rank {p}"
+        g = self._global
+        steps = "; ".join(f"rank {g(r)} {op}({'dst' if op == 'send' else 'src'}={g(p)}) at {site} waits for rank {g(p)}"
                           for r, p, op, site in cycle)
         return (f"first point-to-point calls in {self._label()} deadlock on NCCL: {steps}. ProcessGroupNCCL "
                 "creates a communicator for each pair at the pair's first send/recv and blocks until both "
                 "ranks have arrived, so every rank here waits for a rank that waits in turn. Make the first "
                 "calls meet (e.g. even ranks send first, odd ranks receive first) or issue them together "
-                "with dist.batch_isend_irecv. (simgpu: detected on rank "
-                f"{self.rank})")
+                f"with dist.batch_isend_irecv. (simgpu: global ranks; detected on rank {g(self.rank)})")

@@ -334,17 +334,35 @@ def p2p_ring(ctx, order):
 
 
 @case
-def p2p_unanswered(ctx):
-    """Rank 0 sends to rank 1, which never receives: NCCL's pair rendezvous never completes."""
-    from simgpu import strict
+def p2p_first_send_then_collective(ctx):
+    """Rank 0: isend(1), all_reduce, wait; rank 1: all_reduce, irecv(0). Fine on NCCL (its collectives do
+    not block the host); the model must not turn rank 0's wait for rank 1 into a hang or an error."""
+    dist.barrier()
+    t = torch.ones(1)
+    if ctx.rank == 0:
+        work = dist.isend(torch.tensor([2.0]), 1)
+        dist.all_reduce(t)
+        work.wait()
+        return t.item()
+    dist.all_reduce(t)
+    got = torch.zeros(1)
+    dist.irecv(got, 0).wait()
+    return t.item(), got.item()
 
-    strict.set_timeout(1.0)
-    try:
-        if ctx.rank == 0:
-            dist.send(torch.ones(1), 1)
-        return "done"
-    finally:
-        strict.set_timeout(None)
+
+@case
+def p2p_ring_in_subgroup(ctx):
+    """The naive ring in a subgroup of global ranks [0, 2, 3] of 4: messages name global ranks."""
+    group = dist.new_group([0, 2, 3])
+    if ctx.rank == 1:
+        return None
+    members = [0, 2, 3]
+    me = members.index(ctx.rank)
+    send, got = torch.ones(1), torch.zeros(1)
+    works = [dist.isend(send, members[(me + 1) % 3], group=group), dist.irecv(got, members[(me - 1) % 3], group=group)]
+    for work in works:
+        work.wait()
+    return got.item()
 
 
 @case
@@ -674,10 +692,28 @@ def test_naive_p2p_ring_is_the_deadlock_nccl_hangs_in():
         assert values(pool.run(rank_call, "p2p_ring", "paired")) == [2.0, 0.0, 1.0]  # fresh ranks work
 
 
-def test_first_send_without_a_receiver_times_out_not_hangs():
-    with RankPool(2, Binding("sim"), timeout=60.0) as pool:
-        outcomes = pool.run(rank_call, "p2p_unanswered")
-        assert outcomes[1].value == "done"
-        assert outcomes[0].error_type == "simgpu.p2p_pairs.P2PTimeout"
-        assert "first send with rank 1" in outcomes[0].error and "pair's communicator" in outcomes[0].error
+def test_first_send_waiting_on_a_peer_in_a_collective_goes_on(pool2):
+    assert values(pool2.run(rank_call, "p2p_first_send_then_collective")) == [2.0, (2.0, 2.0)]
 
+
+def test_deadlock_names_global_ranks_of_a_subgroup():
+    with RankPool(4, Binding("sim"), timeout=60.0) as pool:
+        outcomes = pool.run(rank_call, "p2p_ring_in_subgroup")
+        errors = {r: o.error for r, o in enumerate(outcomes) if not o.ok}
+        assert sorted(errors) == [0, 2, 3], [o.describe() for o in outcomes]
+        assert "rank 0 send(dst=2)" in errors[0] and "rank 3 send(dst=0)" in errors[0], errors[0]
+
+
+def test_a_recreated_group_starts_with_no_pair_communicators():
+    """Keys are scoped to one creation of the group: a group made again over the same store (same
+    name) does not see the pairs of the last one (on NCCL it has new pair communicators)."""
+    from simgpu.p2p_pairs import PairRendezvous
+
+    store = dist.HashStore()
+    first = [PairRendezvous(store, r) for r in (0, 1)]
+    first[0]._mark_arrived(1)
+    assert first[1]._arrived_from(0)
+    again = [PairRendezvous(store, r) for r in (0, 1)]
+    assert not again[1]._arrived_from(0)
+    again[0]._mark_arrived(1)
+    assert again[1]._arrived_from(0)
