@@ -209,7 +209,14 @@ class Buffers:
 
         spec = self.col.spec()
         n, name = self.n, self.col.name
-        per_rank = [arrays(self.inputs_for(r)) for r in range(n)]
+        # the inputs this rank's verdict reads: none on a non-root of reduce/gather, the previous rank's
+        # for sendrecv, every rank's otherwise (n copies of the buffer in host memory)
+        needed = range(n)
+        if name in ("reduce", "gather") and self.me != self.plan.root:
+            needed = range(0)
+        elif name == "sendrecv":
+            needed = [(self.me - 1) % n]
+        per_rank = [arrays(self.inputs_for(r)) if r in needed else [None] for r in range(n)]
         case = Case(spec.name, n, self.plan.dtype, self.plan.op if self.col.reduces else None,
                     root=self.plan.root)
         if name == "scatter":

@@ -29,7 +29,9 @@ def _cell(row: dict | None) -> str:
     wrong = "0" if row["ok"] else "WRONG"
     if not row.get("checked", True):
         wrong = "-"
-    return f"  {row['time_us']:7.2f}  {row['algbw']:6.2f}  {row['busbw']:6.2f}  {wrong:>6}"
+    t = row["time_us"]
+    time_text = f"{t:7.2f}" if t < 1e4 else f"{t:7.1f}" if t < 1e5 else f"{t:7.0f}"  # nccl-tests keeps the width
+    return f"  {time_text}  {row['algbw']:6.2f}  {row['busbw']:6.2f}  {wrong:>6}"
 
 
 def format_table(rows: list[dict], env: dict, plan: Any, world_size: int, mode: str,
@@ -42,10 +44,10 @@ def format_table(rows: list[dict], env: dict, plan: Any, world_size: int, mode: 
              f"# {environment_line(env)}",
              "#",
              f"# {'':>53}{'out-of-place':>20}{'':>17}{'in-place':>16}",
-             f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>5}"
+             f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}"
              f"  {'time':>7}  {'algbw':>6}  {'busbw':>6}  {'#wrong':>6}  {'time':>7}  {'algbw':>6}  {'busbw':>6}"
              f"  {'#wrong':>6}",
-             f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>5}"
+             f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}"
              f"  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}"]
     seen: list[int] = []
     for r in rows:
@@ -55,7 +57,7 @@ def format_table(rows: list[dict], env: dict, plan: Any, world_size: int, mode: 
     for size in seen:
         first = by_key.get((size, "out")) or by_key.get((size, "in"))
         lines.append(f"  {size:>10}  {first['count']:>12}  {TYPE_NAMES.get(first['type'], first['type']):>8}"
-                     f"  {OP_NAMES.get(first['redop'], first['redop']):>6}  {first['root']:>5}"
+                     f"  {OP_NAMES.get(first['redop'], first['redop']):>6}  {first['root']:>6}"
                      f"{_cell(by_key.get((size, 'out')))}{_cell(by_key.get((size, 'in')))}")
         busbw.append(first["busbw"])
     if busbw:
