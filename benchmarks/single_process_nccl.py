@@ -14,17 +14,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
-
-def _bytes(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper()
-    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:  # realgpu's size parser, whichever way the script is started
+    sys.path.insert(0, str(REPO_ROOT))
 
 
 def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.cuda.nccl as nccl
+
+    from realgpu.bench import parse_size
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--gpus", type=int, default=torch.cuda.device_count())
@@ -44,10 +45,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{'.'.join(map(str, torch.cuda.nccl.version()))}, {torch.cuda.get_device_name(0)}")
     print(f"# {'op':>10} {'size':>12} {'time(us)':>10} {'algbw':>8} {'busbw':>8}")
     for op in args.ops.split(","):
-        for size in [_bytes(s) for s in args.sizes.split(",")]:
+        for size in [parse_size(s) for s in args.sizes.split(",")]:
             tensors = [torch.ones(size // 4, device=f"cuda:{i}") for i in range(n)]
 
-            def launch() -> None:
+            def launch(tensors: list = tensors) -> None:
                 if op == "all_reduce":
                     nccl.all_reduce(tensors)
                 else:

@@ -21,8 +21,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from realgpu.bench_ops import NCCL_TESTS_NAMES
-from realgpu.bench_report import environment_line, parse_nccl_tests
+from realgpu.bench_report import environment_line, load_results, read_nccl_tests_folder
 
 BANDWIDTH_FROM = 1 << 20
 LATENCY_UP_TO = 64 << 10
@@ -35,16 +34,8 @@ def _mode_kind(mode: str) -> str:
 
 def load_nccl_tests(directory: Path) -> dict[tuple, dict]:
     """(collective, gpus, mode kind, placement, size) -> nccl-tests row."""
-    rows: dict[tuple, dict] = {}
-    for ours, binary in NCCL_TESTS_NAMES.items():
-        for path in sorted(directory.glob(f"nt-{binary}-g*.txt")):
-            stem = path.stem[len(f"nt-{binary}-g"):]
-            gpus_text, _, kind = stem.partition("-")
-            if not gpus_text.isdigit() or kind not in ("", "graph"):
-                continue
-            for row in parse_nccl_tests(path.read_text()):
-                rows[(ours, int(gpus_text), kind or "eager", row["placement"], row["size"])] = row
-    return rows
+    return {(r["collective"], r["gpus"], r["mode"], r["placement"], r["size"]): r
+            for r in read_nccl_tests_folder(directory)}
 
 
 def compare(ours: list[dict], theirs: dict[tuple, dict]) -> list[dict]:
@@ -131,11 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="write the Markdown report here")
     p.add_argument("--json", type=Path, default=None, help="write the matched rows here")
     args = p.parse_args(argv)
-    rows, env = [], {}
-    for path in args.ours:
-        doc = json.loads(Path(path).read_text())
-        rows += doc["results"]
-        env = env or doc.get("environment", {})
+    doc = load_results(args.ours)
+    rows, env = doc["results"], doc["environment"]
     theirs = load_nccl_tests(args.nccl_tests)
     if not theirs:
         print(f"realgpu-bench-compare: no nt-<binary>-g<N>[-graph].txt files in {args.nccl_tests}", file=sys.stderr)

@@ -103,6 +103,43 @@ def plot_busbw(doc: dict, path: str) -> None:
     plt.close(fig)
 
 
+def load_results(paths: Iterable[str]) -> dict:
+    """realgpu-bench --json files merged into one document: every result, the first environment."""
+    import json
+
+    doc: dict = {"environment": {}, "results": []}
+    for path in paths:
+        with open(path) as f:
+            part = json.load(f)
+        if "results" not in part:
+            raise ValueError(f"{path}: not a realgpu-bench JSON file (no 'results')")
+        doc["environment"] = doc["environment"] or part.get("environment", {})
+        doc["results"] += part["results"]
+    return doc
+
+
+_NCCL_FILE = re.compile(r"nt-(.+)-g(\d+)(-graph)?\.txt")
+
+
+def read_nccl_tests_folder(folder: Any) -> list[dict]:
+    """Every row of the nccl-tests outputs in a folder named nt-<binary>-g<gpus>[-graph].txt, with our
+    collective name, the GPU count and the mode ("eager", or "graph" for -G) added."""
+    from pathlib import Path
+
+    from realgpu.bench_ops import NCCL_TESTS_NAMES
+
+    ours = {binary: name for name, binary in NCCL_TESTS_NAMES.items()}
+    rows = []
+    for path in sorted(Path(folder).glob("nt-*.txt")):
+        match = _NCCL_FILE.fullmatch(path.name)
+        if not match or match.group(1) not in ours:
+            continue
+        extra = {"collective": ours[match.group(1)], "gpus": int(match.group(2)),
+                 "mode": "graph" if match.group(3) else "eager"}
+        rows += [{**row, **extra} for row in parse_nccl_tests(path.read_text())]
+    return rows
+
+
 _NCCL_ROW = re.compile(r"^\s+(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(-?\d+)\s+(.*)$")
 
 
@@ -134,19 +171,13 @@ def parse_nccl_tests(text: str) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     """Plot saved realgpu-bench JSON files: python -m realgpu.bench_report --png OUT.png IN.json [IN.json ...]."""
     import argparse
-    import json
     import sys
 
     p = argparse.ArgumentParser(prog="python -m realgpu.bench_report", description=main.__doc__)
     p.add_argument("--png", required=True, help="the plot to write")
     p.add_argument("inputs", nargs="+", help="realgpu-bench --json outputs (merged into one plot)")
     args = p.parse_args(argv)
-    doc: dict = {"environment": {}, "results": []}
-    for path in args.inputs:
-        with open(path) as f:
-            part = json.load(f)
-        doc["environment"] = doc["environment"] or part.get("environment", {})
-        doc["results"] += part["results"]
+    doc = load_results(args.inputs)
     try:
         plot_busbw(doc, args.png)
     except ImportError:

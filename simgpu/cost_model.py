@@ -353,23 +353,10 @@ def load_measurements(paths: Iterable[str | Path]) -> list[Row]:
 
 def load_nccl_tests(folder: str | Path) -> list[Row]:
     """Rows of nccl-tests outputs named nt-<binary>-g<N>[-graph].txt (benchmarks/results/*/nccl-tests/)."""
-    import re
+    from realgpu.bench_report import read_nccl_tests_folder
 
-    from realgpu.bench_ops import NCCL_TESTS_NAMES
-    from realgpu.bench_report import parse_nccl_tests
-
-    ours = {v: k for k, v in NCCL_TESTS_NAMES.items()}
-    rows = []
-    for path in sorted(Path(folder).glob("nt-*.txt")):
-        match = re.fullmatch(r"nt-(.+)-g(\d+)(-graph)?\.txt", path.name)
-        if not match or match.group(1) not in ours:
-            continue
-        mode = "graph" if match.group(3) else "eager"
-        for r in parse_nccl_tests(path.read_text()):
-            if r["size"] > 0 and r["time_us"] > 0:
-                rows.append(Row(ours[match.group(1)], int(match.group(2)), mode, r["placement"], r["size"],
-                                r["time_us"], "nccl-tests"))
-    return rows
+    return [Row(r["collective"], r["gpus"], r["mode"], r["placement"], r["size"], r["time_us"], "nccl-tests")
+            for r in read_nccl_tests_folder(folder) if r["size"] > 0 and r["time_us"] > 0]
 
 
 def measured_floors(rows: Iterable[Row], below: int = SCORED_MIN_BYTES) -> dict[str, dict[int, float]]:
