@@ -123,7 +123,9 @@ _NCCL_FILE = re.compile(r"nt-(.+)-g(\d+)(-graph)?\.txt")
 
 def read_nccl_tests_folder(folder: Any) -> list[dict]:
     """Every row of the nccl-tests outputs in a folder named nt-<binary>-g<gpus>[-graph].txt, with our
-    collective name, the GPU count and the mode ("eager", or "graph" for -G) added."""
+    collective name, the GPU count and the mode ("eager", or "graph" for -G) added. Where a file was
+    run with `-N k` (the sweep repeated k times), each (size, placement) keeps the row of median time:
+    the same statistic as realgpu-bench's --trials; "cycles" says how many rows it was chosen from."""
     from pathlib import Path
 
     from realgpu.bench_ops import NCCL_TESTS_NAMES
@@ -136,7 +138,7 @@ def read_nccl_tests_folder(folder: Any) -> list[dict]:
             continue
         extra = {"collective": ours[match.group(1)], "gpus": int(match.group(2)),
                  "mode": "graph" if match.group(3) else "eager"}
-        rows += [{**row, **extra} for row in parse_nccl_tests(path.read_text())]
+        rows += [{**row, **extra} for row in _median_of_cycles(parse_nccl_tests(path.read_text()))]
     return rows
 
 
@@ -146,7 +148,7 @@ _NCCL_ROW = re.compile(r"^\s+(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(-?\d+)\s+(.*)$")
 def parse_nccl_tests(text: str) -> list[dict]:
     """Rows of an nccl-tests *_perf output: size, count, type, redop, root, and per placement time/algbw/busbw.
 
-    A placement nccl-tests did not run shows as N/A and is left out.
+    A placement nccl-tests did not run shows as N/A and is left out; with `-N k` every size appears k times.
     """
     rows = []
     for line in text.splitlines():
@@ -166,6 +168,24 @@ def parse_nccl_tests(text: str) -> list[dict]:
                          "time_us": time_us, "algbw": algbw, "busbw": busbw,
                          "wrong": cells[3] if len(cells) > 3 else ""})
     return rows
+
+
+def _median_of_cycles(rows: list[dict]) -> list[dict]:
+    """One row per (size, placement): the one of median time among nccl-tests' -N repeats (the lower
+    middle one for an even count), in first-seen order."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["size"], row["placement"]), []).append(row)
+    chosen = []
+    for group in groups.values():
+        by_time = sorted(group, key=lambda r: r["time_us"])
+        row = dict(by_time[(len(by_time) - 1) // 2])
+        row["cycles"] = len(group)
+        wrong = [r["wrong"] for r in group if r["wrong"] not in ("", "0", "N/A")]
+        if wrong:  # a wrong result in any cycle counts, whichever cycle's time is the median
+            row["wrong"] = wrong[0]
+        chosen.append(row)
+    return chosen
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -107,6 +107,22 @@ def test_comparison_matches_placement_and_marks_goals(tmp_path):
     assert lines[1]["busbw_ratio"] == pytest.approx(44.0 / 48.85)
 
 
+def test_nccl_tests_cycles_keep_the_median_row(tmp_path):
+    """`-N 3` prints the sweep three times: each size keeps the row of median time, and a wrong
+    result in any cycle still shows."""
+    body = NCCL_TESTS_SAMPLE.splitlines()
+    slow = body[2].replace("24.10", "90.00").replace("28.84", "95.00")
+    fast = body[2].replace("24.10", "20.00").replace("28.84", "21.00")
+    wrong = body[3][:-1] + "3"
+    (tmp_path / "nt-all_reduce-g4.txt").write_text("\n".join([*body, slow, wrong, fast, body[3]]) + "\n")
+    theirs = load_nccl_tests(tmp_path)
+    assert theirs[("all_reduce", 4, "eager", "out", 8)]["time_us"] == 24.10
+    assert theirs[("all_reduce", 4, "eager", "in", 8)]["time_us"] == 28.84
+    assert theirs[("all_reduce", 4, "eager", "in", 8)]["cycles"] == 3
+    assert theirs[("all_reduce", 4, "eager", "in", 1048576)]["wrong"] == "3"
+    assert theirs[("all_reduce", 4, "eager", "out", 1048576)]["wrong"] == "0"
+
+
 def test_plot_from_saved_json(tmp_path):
     """busbw against size, one panel per collective, from saved outputs (matplotlib: the [plot] extra)."""
     pytest.importorskip("matplotlib", reason="the [plot] extra; the README's test command installs it")
