@@ -15,8 +15,11 @@ NCCL flavour, fp8 [nccl-run, torch 2.11 / NCCL 2.28.9 on H200]: NCCL's fp8 reduc
 infinite input counts as the largest finite value of its sign, +-57344 (e5m2) / +-448 (e4m3fn), so
 inf + -inf is 0 and not NaN (full run 2026-11-22: reduce_scatter e5m2 SUM gave 57344 and AVG 0.0
 where IEEE says NaN); a result that overflows is that largest value, for SUM, AVG, PRODUCT and
-MIN/MAX alike (MIN(-0, -inf) = -57344); NaN stays NaN. The oracle clips the inputs the same way and
-accepts the saturated value wherever the result may overflow.
+MIN/MAX alike (MIN(-0, -inf) = -57344); NaN stays NaN. AVG is NCCL's PREMUL_SUM(1/n): each input is
+scaled first and saturated after, so an infinite input counts as the largest finite value, not as
+that value / n (x2 run 2026-11-22: all_reduce e5m2 AVG of -inf and 14336 on 2 ranks gave -49152, not
+-21504). The oracle clips the inputs the same way and accepts the saturated value wherever the result
+may overflow.
 
 One contribution (a group of one rank): the reduction of one tensor is that tensor, whatever the op;
 so where NCCL accepts an op it cannot compute for n > 1 (reduce_scatter on one rank skips the op:
@@ -149,7 +152,13 @@ def check_reduction(actual: np.ndarray, inputs: list[np.ndarray], op: str, dtype
     saturates = flavor == "nccl" and dtype.bits == 8  # fp8 on NCCL, see the module docstring
     if saturates and len(inputs) > 1:  # an infinite input counts as the largest finite value of its
         # sign (NaN stays NaN); one rank's "reduction" is NCCL's copy, infinities included
-        real_inputs = [np.clip(x, -dtype.max_finite, dtype.max_finite) for x in real_inputs]
+        if op == "avg":  # NCCL's float AVG is PREMUL_SUM(1/n): the scaling comes first (inf/n is inf), then
+            # the saturation: e5m2 AVG(-inf, 14336) over 2 ranks is -57344 + 7168 -> -49152
+            n = len(inputs)
+            real_inputs = [np.clip(x / n, -dtype.max_finite, dtype.max_finite) for x in real_inputs]
+            op, factor = "premul_sum", 1.0
+        else:
+            real_inputs = [np.clip(x, -dtype.max_finite, dtype.max_finite) for x in real_inputs]
     if op in ("min", "max"):
         return _check_minmax(real_actual, real_inputs, op, flavor, dtype.max_finite if saturates else None)
     return _check_float_bound(real_actual, real_inputs, op, dtype, factor, saturates)
@@ -215,10 +224,10 @@ def _check_float_bound(actual: np.ndarray, inputs: list[np.ndarray], op: str, dt
         good |= special & may_overflow & np.isnan(actual)
         if not dtype.has_inf and not saturates:  # saturation at the largest finite value
             good |= ~special & may_overflow & (np.abs(actual) == dtype.max_finite)
-        if saturates and op != "product":
+        if saturates and op != "product" and n > 2:
             # NCCL fp8 (inputs already clipped): every partial sum is saturated, so where one may
             # overflow the result depends on the order, but stays between the (saturated) sums of
-            # the negative and of the positive contributions
+            # the negative and of the positive contributions (two contributions: one addition, no order)
             low = np.maximum(np.where(finite < 0, finite, 0.0).sum(axis=0), -dtype.max_finite) * abs(scale)
             high = np.minimum(np.where(finite > 0, finite, 0.0).sum(axis=0), dtype.max_finite) * abs(scale)
             good |= ~special & may_overflow & (actual >= low - bound) & (actual <= high + bound)

@@ -318,7 +318,7 @@ class SimProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors: list[Tensor], opts: AllreduceOptions = AllreduceOptions()) -> SimWork:
         t, ctx = self._single(tensors, "all_reduce")
         plan = rules.plan_reduction(opts.reduceOp, t.dtype, self.size(), ctx)
-        rules.check_fp8_avg(opts.reduceOp, t.dtype, self.size())
+        rules.check_fp8_avg(opts.reduceOp, t, self.size())
         op = rules.op_name(opts.reduceOp)
         self._check("all_reduce", f"all_reduce({rules.describe(t)}, op={op})",
                     {"dtype": _dt(t), "numel": t.numel(), "op": op})
@@ -358,7 +358,7 @@ class SimProcessGroup(dist.ProcessGroup):
         tensors = [_reduce_real_view(_one(tensors), opts.reduceOp)]
         t, ctx = self._single(tensors, "reduce")
         plan = rules.plan_reduction(opts.reduceOp, t.dtype, self.size(), ctx)
-        rules.check_fp8_avg(opts.reduceOp, t.dtype, self.size())
+        rules.check_fp8_avg(opts.reduceOp, t, self.size())
         root = self._root(opts.rootRank, "reduce")
         op = rules.op_name(opts.reduceOp)
         self._check("reduce", f"reduce({rules.describe(t)}, dst={root}, op={op})",

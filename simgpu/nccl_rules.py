@@ -241,9 +241,11 @@ class ReducePlan:
         nan_skip layout (values, then flags, per chunk) depends on it.
         """
         flat = x.reshape(-1)
+        top = torch.finfo(self.dtype).max if self.saturate else None
         if self.saturate:  # [nccl-run] NCCL's fp8 reductions read +-inf as +-largest finite: inf + -inf is 0
-            top = torch.finfo(self.dtype).max
-            flat = flat.to(self.wire_dtype).clamp(-top, top)
+            flat = flat.to(self.wire_dtype)
+            if self.premul is None:
+                flat = flat.clamp(-top, top)
         if self.nan_skip:
             return self._nan_wire(flat, rows), False
         if self.dtype == torch.bool:
@@ -257,6 +259,8 @@ class ReducePlan:
             buf, aliased = buf.clone(), False
         if self.premul is not None:
             self._premultiply(buf)
+            if top is not None:  # [nccl-run] AVG is PREMUL_SUM(1/n): inf/n is still inf and saturates
+                buf.clamp_(-top, top)  # after the multiply (x2 run: e5m2 AVG of -inf, 14336 gave -49152)
         return buf, aliased
 
     def _premultiply(self, buf: torch.Tensor) -> None:
@@ -329,8 +333,9 @@ def plan_reduction(op: Any, dtype: torch.dtype, world_size: int, context: str = 
     return ReducePlan(dtype, wire, kind, nan_skip=nan_skip, saturate=saturate)
 
 
-def check_fp8_avg(op: Any, dtype: torch.dtype, world_size: int) -> None:
+def check_fp8_avg(op: Any, t: torch.Tensor, world_size: int) -> None:
     """[nccl-run] all_reduce/reduce of fp8 with AVG on a group of one rank: NCCL returns
-    ncclInvalidArgument, which torch raises as DistBackendError (sizes 2 and 4 work)."""
-    if world_size == 1 and dtype in FLOAT8_DTYPES and op_type(op) == RedOpType.AVG:
+    ncclInvalidArgument, which torch raises as DistBackendError (sizes 2 and 4 work). With zero
+    elements NCCL returns before it looks at the op, and the call goes through."""
+    if world_size == 1 and t.dtype in FLOAT8_DTYPES and op_type(op) == RedOpType.AVG and t.numel() > 0:
         raise torch.distributed.DistBackendError(NCCL_INVALID_ARGUMENT)

@@ -52,6 +52,8 @@ def test_reduce_complex_and_fp8_avg_and_premul_message():
     assert NCCL.reject("all_reduce", "float8_e5m2", "avg", "contiguous", size=1).matches(
         "DistBackendError", "NCCL error in: ProcessGroupNCCL.cpp:3780, invalid argument")
     assert NCCL.reject("all_reduce", "float8_e5m2", "avg", "contiguous", size=2) is None
+    # [nccl-run x2] zero elements: NCCL returns before it checks the op
+    assert NCCL.reject("reduce", "float8_e4m3fn", "avg", "contiguous", size=1, empty=True) is None
     assert NCCL.reject("all_reduce", "int8", "premul_sum", "contiguous", size=1).matches(
         "TypeError", "PreMulSum Data type must be half, float, bfloat16 or double")
 
@@ -77,6 +79,12 @@ def test_fp8_saturation_is_accepted_on_nccl_only():
         assert check_reduction(np.array([got], dtype=np.float32), three, "sum", e5m2, "nccl").ok
     assert not check_reduction(np.array([57344.0], dtype=np.float32),
                                [np.array([x], dtype=np.float32) for x in (-np.inf, 1.0)], "sum", e5m2, "nccl").ok
+    # [nccl-run x2] AVG = PREMUL_SUM(1/n): scaled first, saturated after, so -inf counts as -57344 whole
+    mixed = [np.array([x], dtype=np.float32) for x in (-np.inf, 14336.0)]
+    assert check_reduction(np.array([-49152.0], dtype=np.float32), mixed, "avg", e5m2, "nccl").ok
+    assert not check_reduction(np.array([-21504.0], dtype=np.float32), mixed, "avg", e5m2, "nccl").ok
+    both_negative = [np.array([x], dtype=np.float32) for x in (-14336.0, -np.inf)]
+    assert check_reduction(np.array([-57344.0], dtype=np.float32), both_negative, "avg", e5m2, "nccl").ok
 
 
 def test_one_contribution_is_a_copy():

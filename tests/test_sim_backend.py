@@ -201,6 +201,13 @@ def fp8_infinities(ctx, op_name):
 
 
 @case
+def fp8_avg_infinity(ctx):
+    t = torch.tensor([[float("-inf"), 14336.0][ctx.rank]]).to(torch.float8_e5m2)
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    return t.float().tolist()
+
+
+@case
 def float_avg_and_premul(ctx):
     t = torch.tensor([1.0, 2.0]) * (ctx.rank + 1)
     dist.all_reduce(t, op=dist.ReduceOp.AVG)
@@ -532,6 +539,13 @@ def test_fp8_infinities_count_as_the_largest_finite_value(pool3):
     """[nccl-run 2026-11-22] NCCL's e5m2 reduce reads +-inf as +-57344: inf - inf + inf is 57344, not NaN."""
     assert values(pool3.run(rank_call, "fp8_infinities", "SUM")) == [[57344.0, 3.0]] * 3
     assert values(pool3.run(rank_call, "fp8_infinities", "MIN")) == [[-57344.0, 1.0]] * 3
+    # AVG is PREMUL_SUM(1/3): inf * fl8(1/3) is still inf and saturates after; 3 * 0.3125 rounds to 1.0
+    assert values(pool3.run(rank_call, "fp8_infinities", "AVG")) == [[57344.0, 1.0]] * 3
+
+
+def test_fp8_avg_scales_before_it_saturates(pool2):
+    """[nccl-run x2 2026-11-22] e5m2 AVG of -inf and 14336: -57344 + 7168 rounds to -49152 (not -21504)."""
+    assert values(pool2.run(rank_call, "fp8_avg_infinity")) == [[-49152.0]] * 2
 
 
 def test_float_min_max_ignore_nan_unless_all_nan(pool3):

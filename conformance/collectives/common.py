@@ -51,8 +51,9 @@ def draw_layout(draw: Draw, case: Case, *tensor_shapes: tuple[int, ...]) -> str:
 
 def expect(profile: Profile, case: Case, *features: str) -> Reject | None:
     """The default support question: dtype, reduce op, layout, then collective-specific features."""
+    empty = bool(case.inputs) and all(getattr(x, "size", 1) == 0 for x in case.inputs)
     return profile.reject(case.collective, case.dtype, case.op, case.layout, frozenset(f for f in features if f),
-                          size=case.size)
+                          size=case.size, empty=empty)
 
 
 def members_only(fn: Callable[..., Any]) -> Callable[..., Any]:
