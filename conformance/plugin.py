@@ -4,7 +4,6 @@ and the capability report at the end of the run. Loaded wherever the package is 
 from __future__ import annotations
 
 import importlib
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -123,7 +122,23 @@ class ConformanceSession:
     def pool(self, world_size: int) -> RankPool:
         if world_size not in self.pools:
             self.pools[world_size] = RankPool(world_size, self.binding(), timeout=self.timeout, source=self.attached)
+            if not self.report.environment:
+                self._learn_environment(self.pools[world_size])
         return self.pools[world_size]
+
+    def _learn_environment(self, pool: RankPool) -> None:
+        """Rank 0's versions and device (CUDA, NCCL, driver: known on the ranks only) for the report
+        and for every failure message."""
+        from realgpu.environment import rank_environment
+
+        first = pool.run(rank_environment)[0]
+        if first.ok:
+            self.learned_environment(first.value)
+
+    def learned_environment(self, env: dict) -> None:
+        """Keep the first environment a rank or worker reported (see realgpu.environment)."""
+        if not self.report.environment:
+            self.report.environment = {k: v for k, v in env.items() if k not in ("world_size", "host")}
 
     def close(self) -> None:
         for pool in self.pools.values():
@@ -254,7 +269,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     state.close()
     if hasattr(session.config, "workeroutput"):  # an xdist worker: ship records to the controller
-        session.config.workeroutput[REPORT_KEY] = json.dumps(state.report.to_records())
+        session.config.workeroutput[REPORT_KEY] = state.report.to_transport()
 
 
 class _XdistReportMerger:
@@ -263,9 +278,9 @@ class _XdistReportMerger:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        records = getattr(node, "workeroutput", {}).get(REPORT_KEY)
-        if records:
-            self.state.report.merge_records(json.loads(records))
+        sent = getattr(node, "workeroutput", {}).get(REPORT_KEY)
+        if sent:
+            self.state.report.merge_transport(sent)
 
 
 @pytest.hookimpl(trylast=True)

@@ -26,6 +26,7 @@ class CapabilityReport:
         self.table = table
         self.counts: dict[tuple, Counter] = defaultdict(Counter)
         self.details: dict[tuple, dict[str, str]] = defaultdict(dict)
+        self.environment: dict[str, Any] = {}   # where the ranks ran (realgpu.environment), once known
 
     def record(self, collective: str, dtype: str | None, op: str | None, layout: str, outcome: str,
                detail: str = "") -> None:
@@ -38,6 +39,15 @@ class CapabilityReport:
     def to_records(self) -> list[dict[str, Any]]:
         return [{"collective": k[0], "dtype": k[1], "op": k[2], "layout": k[3], "counts": dict(c),
                  "details": self.details.get(k, {})} for k, c in sorted(self.counts.items())]
+
+    def to_transport(self) -> str:
+        """What an xdist worker sends the controller: its records and where its ranks ran."""
+        return json.dumps({"records": self.to_records(), "environment": self.environment})
+
+    def merge_transport(self, text: str) -> None:
+        sent = json.loads(text)
+        self.merge_records(sent["records"])
+        self.environment = self.environment or sent["environment"]
 
     def merge_records(self, records: list[dict[str, Any]]) -> None:
         for rec in records:
@@ -83,7 +93,15 @@ class CapabilityReport:
 
         return {"backend": self.backend, "held_to_table": self.table, "torch": torch.__version__,
                 "python": platform.python_version(), "machine": platform.machine(),
-                "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+                "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "ranks": self.environment}
+
+    def where(self) -> str:
+        """The ranks' versions and device in one line (torch, CUDA, NCCL, driver, device), or why not known."""
+        if not self.environment:
+            return "not known (no collective ran)"
+        from realgpu.environment import environment_line
+
+        return environment_line(self.environment)
 
     def to_json(self) -> str:
         return json.dumps({"metadata": self.metadata(), "totals": dict(self.totals()),
@@ -93,6 +111,7 @@ class CapabilityReport:
         meta = self.metadata()
         lines = [f"# Capability report: backend `{self.backend}`", "",
                  f"Held to: {self.table}. torch {meta['torch']}, Python {meta['python']}, {meta['date']}.", "",
+                 f"Ranks ran on: {self.where()}.", "",
                  "Cells: `ok` pass, `rej` rejected as the table says, `FAIL` wrong result or wrong error,",
                  "`SHOULD` raised although it must work, `unsup` unsupported (probed backend), `BROKEN` crash/hang,",
                  "`known` a confirmed defect listed in conformance/findings.py (reported as XFAIL).",

@@ -21,6 +21,7 @@ from conformance.findings import Finding, known_finding
 from conformance.single_process import BACKENDS, DeviceSetup, SingleProcessWorker
 from conformance.spec import Cell
 from conformance.test_collectives import hypothesis_settings  # no shrinking on real hardware (--shrink)
+from realgpu.environment import process_environment
 
 FAILING = ("FAIL", "should-work", "broken")
 TESTS = {"test_comm": "comm", "test_nccl": "nccl", "test_single_process_training": "training"}  # test -> cells
@@ -44,6 +45,9 @@ def sp_worker(conformance: Any) -> Iterator[SingleProcessWorker]:
     if devices < 1:
         pytest.skip("no GPU for the single-process worker")
     worker = SingleProcessWorker(DeviceSetup(conformance.backend, devices), env, timeout=conformance.timeout)
+    where = worker.call(process_environment, conformance.backend)
+    if where.ok:
+        conformance.learned_environment(where.value)
     yield worker
     worker.close()
 
@@ -98,7 +102,8 @@ def check_cell(test: str, cell: SPCell, conformance: Any, worker: SingleProcessW
             for case in cases:
                 record(case.variant, outcome, reply.broken or f"harness error in the worker: {reply.error}")
             raise AssertionError(f"{outcome}: {reply.broken or reply.error}\n  cases: "
-                                 + "\n    ".join(case.summary() for case in cases))
+                                 + "\n    ".join(case.summary() for case in cases)
+                                 + f"\n  ran on: {conformance.report.where()}")
         failures = []
         for case, result in zip(cases, reply.value):
             outcome, detail = judge(case, result, cell.check)
@@ -113,8 +118,8 @@ def check_cell(test: str, cell: SPCell, conformance: Any, worker: SingleProcessW
         if failures:
             reproduce = (f"pytest conformance --backend={conformance.backend} -k '{test}[{cell.id()}]'"
                          f" --conformance-profile={conformance.effort}")
-            raise AssertionError("\n".join(failures) + f"\n  reproduce: {reproduce} (hypothesis prints the seed / "
-                                                       "@reproduce_failure below)")
+            raise AssertionError("\n".join(failures) + f"\n  ran on: {conformance.report.where()}"
+                                 f"\n  reproduce: {reproduce} (hypothesis prints the seed / @reproduce_failure below)")
 
     property_holds()
     if known:

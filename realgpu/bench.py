@@ -26,7 +26,8 @@ import statistics
 import sys
 from typing import Any, Sequence
 
-from realgpu.bench_ops import COLLECTIVES, Plan, Result, bench_rank, environment
+from realgpu.bench_ops import COLLECTIVES, Plan, Result, bench_rank
+from realgpu.environment import rank_environment
 
 # nccl-tests' type and op names, and ours (conformance.dtypes / oracle names)
 DTYPE_NAMES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64",
@@ -194,7 +195,7 @@ def run(args: argparse.Namespace, out: Any = None) -> dict:
             raise UsageError(f"-r/--root {args.root} is not a rank of world size {world_size}")
         pool = RankPool(world_size, binding, timeout=args.timeout)
         try:
-            env = pool.run(environment)[0]
+            env = pool.run(rank_environment)[0]
             if not env.ok:
                 raise UsageError(f"rank 0 could not describe its device: {env.error_type}: {env.error}")
             doc["environment"] = {k: v for k, v in env.value.items() if k != "world_size"}

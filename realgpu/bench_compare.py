@@ -21,7 +21,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from realgpu.bench_report import environment_line, load_results, read_nccl_tests_folder
+from realgpu.bench_report import load_results, read_nccl_tests_folder
+from realgpu.environment import environment_line
 
 BANDWIDTH_FROM = 1 << 20
 LATENCY_UP_TO = 64 << 10

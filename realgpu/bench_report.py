@@ -7,20 +7,12 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
+from realgpu.environment import environment_line
+
 TYPE_NAMES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16", "float64": "double", "int8": "int8",
               "uint8": "uint8", "int32": "int32", "int64": "int64", "float8_e4m3fn": "f8e4m3",
               "float8_e5m2": "f8e5m2"}
 OP_NAMES = {"product": "prod"}
-
-
-def environment_line(env: dict) -> str:
-    """'torch 2.11.0+cu130 | CUDA 13.0 | NCCL 2.28.9 | driver 580.159.04 | NVIDIA H200' (what is known)."""
-    parts = [f"torch {env.get('torch', '?')}"]
-    for key, label in (("cuda", "CUDA"), ("nccl", "NCCL"), ("driver", "driver"), ("backend", "backend")):
-        if env.get(key):
-            parts.append(f"{label} {env[key]}")
-    parts.append(str(env.get("device", "?")))
-    return " | ".join(parts)
 
 
 def _cell(row: dict | None) -> str:

@@ -130,6 +130,8 @@ def test_wrong_backend_is_caught(runs: Runs) -> None:
         assert f"FAILED conformance/test_collectives.py::test_collective[{cell}]" in text, text[-4000:]
     assert "FAIL: wrong result" in text
     assert "2 failed" in text
+    # a finding names where it ran (torch; on GPUs also CUDA, NCCL, driver and device)
+    assert "ranks ran on: torch " in text and "| backend wrongsum |" in text, text[-4000:]
     report = runs.reports / "wrongsum" / "capability-wrongsum.json"
     cells = _cells(report)
     assert set(cells) == {("all_reduce", "float32", "sum"), ("all_reduce", "int32", "sum")}
@@ -138,10 +140,12 @@ def test_wrong_backend_is_caught(runs: Runs) -> None:
         assert set(counts) <= {"FAIL", "pass"}, counts  # probed: every example either right or wrong
     data = json.loads(report.read_text())
     assert data["metadata"]["backend"] == "wrongsum" and data["totals"]["FAIL"] >= 2
+    assert data["metadata"]["ranks"]["backend"] == "wrongsum" and data["metadata"]["ranks"]["torch"]
     details = [d for rec in data["cells"] for o, d in rec["details"].items() if o == "FAIL"]
     assert details and all(d.startswith("wrong result") for d in details)
     md = (runs.reports / "wrongsum" / "capability-wrongsum.md").read_text()
     assert "| float32 | FAIL |" in md and "| int32 | FAIL |" in md
+    assert "Ranks ran on: torch " in md
 
 
 def test_gloo_selection_passes_and_writes_the_report(runs: Runs) -> None:
