@@ -13,7 +13,7 @@ import pytest
 from conformance.backends import BUILTIN_BACKENDS, Profile, profile_for
 from conformance.report import CapabilityReport
 from conformance.spec import CollectiveSpec
-from simgpu.pool import Binding, RankPool
+from simgpu.pool import Binding, RankPool, RankPoolError
 
 PROFILES = {"ci": 4, "dev": 15, "thorough": 150}  # hypothesis examples per matrix cell
 DEFAULT_MAX_WORLD = 4
@@ -122,18 +122,24 @@ class ConformanceSession:
     def pool(self, world_size: int) -> RankPool:
         if world_size not in self.pools:
             self.pools[world_size] = RankPool(world_size, self.binding(), timeout=self.timeout, source=self.attached)
-            if not self.report.environment:
-                self._learn_environment(self.pools[world_size])
         return self.pools[world_size]
 
-    def _learn_environment(self, pool: RankPool) -> None:
-        """Rank 0's versions and device (CUDA, NCCL, driver: known on the ranks only) for the report
-        and for every failure message."""
-        from realgpu.environment import rank_environment
+    def where(self) -> str:
+        """Where the ranks ran, in one line (torch, CUDA, NCCL, driver, device: known on the ranks only,
+        so asked of rank 0 of a pool that has started), for the report and every failure message."""
+        if not self.report.environment:
+            from realgpu.environment import rank_environment
 
-        first = pool.run(rank_environment)[0]
-        if first.ok:
-            self.learned_environment(first.value)
+            for pool in self.pools.values():
+                if pool.alive:
+                    try:
+                        first = pool.run(rank_environment)[0]
+                    except RankPoolError:  # a pool that broke says nothing; the next one will
+                        continue
+                    if first.ok:
+                        self.learned_environment(first.value)
+                        break
+        return self.report.where()
 
     def learned_environment(self, env: dict) -> None:
         """Keep the first environment a rank or worker reported (see realgpu.environment)."""
@@ -287,7 +293,10 @@ class _XdistReportMerger:
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """Keep the report files current, so a run cut off by a time limit still leaves its matrix."""
     state = item.config.stash.get(_SESSION, None)
-    if state is not None and item.get_closest_marker("conformance") and not hasattr(item.config, "workeroutput"):
+    if state is None or not item.get_closest_marker("conformance"):
+        return
+    state.where()  # learn where the ranks run while they are up (xdist workers send it with their records)
+    if not hasattr(item.config, "workeroutput"):
         state.report.write(Path(item.config.getoption("--report-dir")))
 
 

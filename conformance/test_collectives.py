@@ -82,7 +82,7 @@ def test_collective(cell: Cell, conformance) -> None:  # noqa: ANN001 - fixture 
             reproduce = (f"pytest conformance --backend={conformance.backend}{module} -k '{cell.id()}'"
                          f" --conformance-profile={conformance.effort}")
             raise AssertionError(f"{result.outcome}: {result.detail}\n  case: {case.summary()}\n"
-                                 f"  ranks ran on: {conformance.report.where()}\n"
+                                 f"  ranks ran on: {conformance.where()}\n"
                                  f"  reproduce: {reproduce} (hypothesis prints the seed / @reproduce_failure below)")
 
     property_holds()

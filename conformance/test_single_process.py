@@ -103,7 +103,7 @@ def check_cell(test: str, cell: SPCell, conformance: Any, worker: SingleProcessW
                 record(case.variant, outcome, reply.broken or f"harness error in the worker: {reply.error}")
             raise AssertionError(f"{outcome}: {reply.broken or reply.error}\n  cases: "
                                  + "\n    ".join(case.summary() for case in cases)
-                                 + f"\n  ran on: {conformance.report.where()}")
+                                 + f"\n  ran on: {conformance.where()}")
         failures = []
         for case, result in zip(cases, reply.value):
             outcome, detail = judge(case, result, cell.check)
@@ -118,7 +118,7 @@ def check_cell(test: str, cell: SPCell, conformance: Any, worker: SingleProcessW
         if failures:
             reproduce = (f"pytest conformance --backend={conformance.backend} -k '{test}[{cell.id()}]'"
                          f" --conformance-profile={conformance.effort}")
-            raise AssertionError("\n".join(failures) + f"\n  ran on: {conformance.report.where()}"
+            raise AssertionError("\n".join(failures) + f"\n  ran on: {conformance.where()}"
                                  f"\n  reproduce: {reproduce} (hypothesis prints the seed / @reproduce_failure below)")
 
     property_holds()

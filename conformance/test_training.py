@@ -39,7 +39,7 @@ def test_training_property(name: str, dtype: str, conformance) -> None:  # noqa:
             reproduce = (f"pytest conformance --backend={conformance.backend}{module} -k '{name}-{dtype}'"
                          f" --conformance-profile={conformance.effort}")
             raise AssertionError(f"{run.result.outcome}: {prop.doc}\n" + "\n".join(f"  {ln}" for ln in run.lines)
-                                 + f"\n  case: {case.summary()}\n  ranks ran on: {conformance.report.where()}"
+                                 + f"\n  case: {case.summary()}\n  ranks ran on: {conformance.where()}"
                                  f"\n  reproduce: {reproduce} "
                                  f"(hypothesis prints the seed / @reproduce_failure below)")
 
