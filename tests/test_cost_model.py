@@ -15,17 +15,20 @@ from simgpu import comm_log
 from simgpu import cost_model as cm
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results" / "h200-2026-11-22"
+RESULTS = ROOT / "benchmarks" / "results" / "h200-2026-11-22-trials5"
 MEASURED = [RESULTS / f for f in ("bench-g2.json", "bench-g4.json", "bench-g2-graph.json", "bench-g4-graph.json")]
 KiB, MiB = 1 << 10, 1 << 20
 
-# The brief's target: geometric-mean error <= 8% at sizes >= 64 KB, five main collectives, 2 and 4 GPUs,
-# every eager row. Three series miss it because their host-bound rows (64 KB to a few MB, where an eager
-# call costs the host's launch time, not the GPU's) vary by up to 2-5x between neighbouring sizes of the
-# same run (docs/cost-model.md, "Measured error"); they are held to what the model reaches there, and
-# every series is held to 6% where the GPU is the bottleneck (>= 16 MiB).
+# The issue's target: geometric-mean error <= 8% at sizes >= 64 KB for the five main collectives, on 2 and
+# on 4 GPUs, every eager row (test_overall_error_per_gpu_count_and_the_hold_outs). Per (collective, GPU
+# count) series the same 8% holds for nine of the ten; all_gather on 2 GPUs is at 9.6%: its host-bound rows
+# (64 KiB to 4 MiB, where an eager call costs the host's launch time, not the GPU's) score 15.3%, because
+# that launch time still varies between neighbouring sizes of the same run even as a median of 5 runs
+# (out of place: 44.4 us at 128 KiB, 54.3 at 256 KiB, 40.8 at 512 KiB, against a floor of 30.3 measured
+# below 64 KiB); its GPU-bound rows score 4.8%. It is held to 10%, what the model reaches there, not to the
+# target; every series is held to 5% where the GPU is the bottleneck (>= 16 MiB).
 TARGET = 0.08
-NOISE_LIMITED = {("all_gather", 4): 0.12, ("broadcast", 2): 0.17, ("reduce", 4): 0.12}
+NOISE_LIMITED = {("all_gather", 2): 0.10}
 
 
 @pytest.fixture(scope="module")
@@ -52,19 +55,27 @@ def test_error_target_on_the_committed_measurements(rows, h200, collective: str,
     everything = _error(h200, rows, series(cm.SCORED_MIN_BYTES))
     assert everything <= NOISE_LIMITED.get((collective, gpus), TARGET), (collective, gpus, everything)
     gpu_bound = _error(h200, rows, series(cm.GPU_BOUND_MIN_BYTES))
-    assert gpu_bound <= 0.06, (collective, gpus, gpu_bound)
+    assert gpu_bound <= 0.05, (collective, gpus, gpu_bound)
     graph = _error(h200, rows, lambda r: r.collective == collective and r.n == gpus and r.mode == "graph"
                    and r.size >= cm.SCORED_MIN_BYTES)
-    assert graph <= 0.13, (collective, gpus, graph)
+    assert graph <= 0.11, (collective, gpus, graph)  # reduce's CUDA-graph rows are at 9.6-10.3%
 
 
-def test_overall_error_and_the_hold_outs(rows, h200) -> None:
+def test_overall_error_per_gpu_count_and_the_hold_outs(rows, h200) -> None:
+    """The target as the issue sets it: the five main collectives together, on 2 GPUs and on 4 GPUs
+    (in-sample 5.8% and 4.0%); and each GPU count's rows predicted by fits that did not see them."""
     main = lambda r: r.collective in cm.MAIN_COLLECTIVES and r.mode == "eager" and r.size >= cm.SCORED_MIN_BYTES  # noqa: E731
-    assert _error(h200, rows, main) <= 0.085
+    assert _error(h200, rows, main) <= TARGET
     assert _error(h200, rows, lambda r: main(r) and r.size >= cm.GPU_BOUND_MIN_BYTES) <= 0.04
-    for holdout, limit in ((cm.holdout_alternate_sizes, 0.09), (cm.holdout_other_gpu_count, 0.10)):
-        n, err = cm._group_error(holdout(rows, h200), main)
-        assert n == 210 and err <= limit, (holdout.__name__, err)
+    holdouts = {h.__name__: h(rows, h200) for h in (cm.holdout_alternate_sizes, cm.holdout_other_gpu_count)}
+    assert all(cm._group_error(scored, main)[0] == 210 for scored in holdouts.values())
+    for gpus in (2, 4):
+        on = lambda r, gpus=gpus: main(r) and r.n == gpus  # noqa: E731
+        assert _error(h200, rows, on) <= TARGET, gpus
+        assert _error(h200, rows, lambda r: on(r) and r.size >= cm.GPU_BOUND_MIN_BYTES) <= 0.04, gpus
+        for name, scored in holdouts.items():  # 5.9% / 4.1% (alternate sizes), 6.8% / 4.4% (other GPU count)
+            n, err = cm._group_error(scored, on)
+            assert n == 105 and err <= TARGET, (name, gpus, err)
 
 
 def test_calibration_reproduces_the_committed_constants(rows, h200) -> None:
@@ -96,8 +107,8 @@ def test_monotonic_in_size_and_never_above_the_link(name: str) -> None:
 
 
 def test_the_ring_model_is_nccls_at_its_defaults() -> None:
-    """With NCCL's constants the model gives NCCL's own numbers: its tuning table on the measured box
-    (investigation/inv-debug-nt.txt) has ring all_reduce LL/LL128/Simple at 10.2/25.4/28.8 us on 4 GPUs."""
+    """With NCCL's constants the model gives NCCL's own numbers: its tuning table on an H200 box
+    (benchmarks/results/h200-2026-11-22/investigation/inv-debug-nt.txt) has ring all_reduce LL/LL128/Simple at 10.2/25.4/28.8 us on 4 GPUs."""
     m = cm.machine("h100-nvlink4-nccl-defaults").with_params(bus_bw_gbs=360.0, ll_max_bw_gbs=141.0)
     latency = {(a, p): t for t, a, p in cm.candidates(m, "all_reduce", 0, 4)}
     assert [round(latency[("ring", p)], 1) for p in cm.PROTOCOLS] == [10.2, 25.4, 28.8]
@@ -138,18 +149,43 @@ def test_uncalibrated_presets_say_so() -> None:
 def test_committed_report_is_what_the_command_prints(rows, h200) -> None:
     committed = (RESULTS / "predicted-vs-measured.md").read_text()
     command, _, body = committed.partition("\n")
-    assert command.startswith("Command: `python -m simgpu.cost_model --measured") and "--nccl-tests" in command
+    assert command.startswith("Command: `python -m simgpu.cost_model --measured")
+    folder = RESULTS.relative_to(ROOT).as_posix()
+    assert all(f"{folder}/{path.name}" in command for path in MEASURED), command
+    assert f"--nccl-tests {folder}/nccl-tests-mpi " in command and "--fit" not in command, command
     holdouts = {"alternate sizes": cm.holdout_alternate_sizes(rows, h200),
                 "other GPU count": cm.holdout_other_gpu_count(rows, h200)}
-    nccl_tests = cm.load_nccl_tests(RESULTS / "nccl-tests")
+    nccl_tests = cm.load_nccl_tests(RESULTS / "nccl-tests-mpi")
     assert body.strip() == cm.report(h200, rows, "", holdouts, nccl_tests=nccl_tests).strip()
 
 
-def test_nccl_tests_cross_check(h200) -> None:
-    """Never fitted on: nccl-tests on the same box, the model less torch's per-call overhead."""
+def test_report_rows_per_gpu_count_and_prose_from_the_data(rows, h200) -> None:
+    """The summary has an overall row of the five main collectives per GPU count (with its verdict) and
+    one over all; the prose under it names the worst host-bound row of the rows given, not a fixed one."""
+    text = cm.report(h200, rows)
+    main = lambda r, n=None: (r.collective in cm.MAIN_COLLECTIVES and r.mode == "eager"  # noqa: E731
+                              and r.size >= cm.SCORED_MIN_BYTES and (n is None or r.n == n))
+    for gpus in (2, 4, None):
+        err = _error(h200, rows, lambda r, g=gpus: main(r, g))
+        row = f"| **overall, five main** | {gpus or 'all'} | {100 * err:.1f}% (" + ("105" if gpus else "210") + ")"
+        assert row in text and text.split(row)[1].split("\n")[0].endswith("| yes |"), row
+    bound = [s for s in cm.score(h200, rows) if main(s.row)
+             and cm.predict(h200, s.row.collective, s.row.size, s.row.n, "eager").limited_by == "host"]
+    worst = max(bound, key=lambda s: s.error)
+    assert (f"The worst host-bound row: {worst.row.collective}, {worst.row.n} GPUs, "
+            f"{'out of place' if worst.row.placement == 'out' else 'in place'}, {cm._size(worst.row.size)}: "
+            f"{worst.row.time_us:.1f} us measured") in text
+    only4 = cm.report(h200, [r for r in rows if r.n == 4])
+    assert "| **overall, five main** | 2 |" not in only4 and "every GPU count" in only4
+
+
+@pytest.mark.parametrize("folder", ["nccl-tests-mpi", "nccl-tests"])
+def test_nccl_tests_cross_check(h200, folder: str) -> None:
+    """Never fitted on: nccl-tests (one process per GPU under MPI, and one process driving every GPU), the
+    model less torch's per-call overhead, from 16 MiB up: 3.0% and 3.1%."""
     import dataclasses
 
-    nt = cm.load_nccl_tests(RESULTS / "nccl-tests")
+    nt = cm.load_nccl_tests(RESULTS / folder)
     assert {(r.collective, r.n, r.mode) for r in nt} >= {(c, n, m) for c in cm.COLLECTIVES for n in (2, 4)
                                                           for m in ("eager", "graph")}
     bare = dataclasses.replace(h200, call_overhead_us=0.0, host_floor_us={})
