@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     if not 2 <= args.gpus <= torch.cuda.device_count():
-        print(f"host_overhead: needs 2..{torch.cuda.device_count()} GPUs, asked for {args.gpus}", file=sys.stderr)
+        print(f"host_overhead: asked for {args.gpus} GPUs; it needs 2 or more and this machine has "
+              f"{torch.cuda.device_count()}", file=sys.stderr)
         return 2
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     mp.spawn(_rank, args=(args.gpus, args.port, sizes, args.iters, args.json), nprocs=args.gpus, join=True)

@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     n = args.gpus
     if n < 2 or n > torch.cuda.device_count():
-        print(f"single_process_nccl: needs 2..{torch.cuda.device_count()} GPUs, asked for {n}", file=sys.stderr)
+        print(f"single_process_nccl: asked for {n} GPUs; it needs 2 or more and this machine has "
+              f"{torch.cuda.device_count()}", file=sys.stderr)
         return 2
     factor = {"all_reduce": 2 * (n - 1) / n, "broadcast": 1.0}
     rows = []

@@ -135,3 +135,11 @@ def test_plot_from_saved_json(tmp_path):
     src.write_text(json.dumps(doc))
     assert plot_main(["--png", str(png), str(src)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_host_overhead_script_says_what_it_needs(capsys):
+    """benchmarks/host_overhead.py times GPU layers; without GPUs it says so in one line and exits 2."""
+    from benchmarks.host_overhead import main as host_main
+
+    assert host_main(["--gpus", "2"]) == 2
+    assert "host_overhead: asked for 2 GPUs; it needs 2 or more and this machine has 0" in capsys.readouterr().err
