@@ -154,3 +154,28 @@ def bench_corrupted_check(ctx: Any, collective: str, placement: str) -> tuple[bo
     if out is not None:
         out.view(-1)[-1] += 1  # one element off by one, on every rank that holds an output
     return buffers.check(waited if isinstance(waited, list) else [])
+
+
+def bench_late_rank_time(ctx: Any, delay_s: float) -> float:
+    """realgpu.bench_ops.time_eager on CPU ranks, where rank 1 leaves the barrier `delay_s` late:
+    the time per launch each rank reports (ms)."""
+    import time
+
+    from realgpu import bench_ops
+
+    on_time = bench_ops._barrier
+
+    def late_barrier(timer: Any) -> None:
+        on_time(timer)
+        if ctx.rank == 1:
+            time.sleep(delay_s)
+
+    bench_ops._barrier = late_barrier
+    try:
+        col = bench_ops.COLLECTIVES["all_reduce"]
+        plan = bench_ops.Plan("all_reduce", [64], iters=2, warmup=1, flavor="gloo", placements=("in",))
+        buffers = bench_ops.Buffers(ctx, col, 16, 16, plan, "in")
+        buffers.fill()
+        return bench_ops.time_eager(buffers, plan, bench_ops.Timer(ctx.device)) / 1e3
+    finally:
+        bench_ops._barrier = on_time

@@ -13,7 +13,7 @@ from realgpu.bench_compare import compare, load_nccl_tests
 from realgpu.bench_ops import COLLECTIVES, counts
 from realgpu.bench_report import parse_nccl_tests
 from simgpu.pool import Binding, RankPool
-from tests.rank_fns import bench_corrupted_check
+from tests.rank_fns import bench_corrupted_check, bench_late_rank_time
 
 
 def test_sizes_scan_like_nccl_tests():
@@ -143,3 +143,12 @@ def test_host_overhead_script_says_what_it_needs(capsys):
 
     assert host_main(["--gpus", "2"]) == 2
     assert "host_overhead: asked for 2 GPUs; it needs 2 or more and this machine has 0" in capsys.readouterr().err
+
+
+def test_a_rank_that_starts_late_does_not_inflate_the_others():
+    """Rank 1 leaves the pre-timing barrier 0.6 s late; the untimed aligning launch absorbs the wait, so
+    no rank's two timed launches hold it (without it rank 0 reported 300 ms a launch)."""
+    with RankPool(2, Binding(backend="gloo")) as pool:
+        outcomes = pool.run(bench_late_rank_time, 0.6)
+    assert all(o.ok for o in outcomes), [o.describe() for o in outcomes]
+    assert max(o.value for o in outcomes) < 100, [o.value for o in outcomes]
