@@ -11,15 +11,18 @@ and world size, never a blanket rtol:
 Where sum|x| may pass the largest finite value, an infinite result is accepted too (for float8_e4m3fn,
 which has no infinity, the saturated largest finite value or NaN).
 
-NCCL flavour, fp8 [nccl-run, torch 2.11 / NCCL 2.28.9 on H200]: NCCL's fp8 reductions saturate. An
-infinite input counts as the largest finite value of its sign, +-57344 (e5m2) / +-448 (e4m3fn), so
-inf + -inf is 0 and not NaN (full run 2026-11-22: reduce_scatter e5m2 SUM gave 57344 and AVG 0.0
-where IEEE says NaN); a result that overflows is that largest value, for SUM, AVG, PRODUCT and
-MIN/MAX alike (MIN(-0, -inf) = -57344); NaN stays NaN. AVG is NCCL's PREMUL_SUM(1/n): each input is
-scaled first and saturated after, so an infinite input counts as the largest finite value, not as
-that value / n (x2 run 2026-11-22: all_reduce e5m2 AVG of -inf and 14336 on 2 ranks gave -49152, not
--21504). The oracle clips the inputs the same way and accepts the saturated value wherever the result
-may overflow.
+NCCL flavour, fp8 [nccl-run, torch 2.11 / NCCL 2.28.9 on H200]: every operation of NCCL's fp8
+reductions saturates its result: an overflow or an infinity comes back as the largest finite value of
+its sign, +-57344 (e5m2) / +-448 (e4m3fn); NaN stays NaN; NCCL never returns an infinity. On two ranks
+there is one operation on the inputs as they are (probe run2: e5m2 inf + -inf is NaN, inf - 80 is
+57344). From three ranks on, partial sums saturate before the next input comes, so an infinite input
+counts as +-max (full run, 4 GPUs: reduce_scatter SUM of +inf, -inf, ... gave 57344 where IEEE says
+NaN), the result depends on the order, and the oracle accepts what some order can give: between the
+saturated sums of the negative and of the positive contributions, grown by the roundings on the way,
+and NaN only where two opposite infinities (or, for PRODUCT, an infinity and a zero) could meet first.
+AVG is NCCL's PREMUL_SUM(1/n): each input is scaled first and saturated after, so an infinite input
+counts as the largest finite value whole, not that value / n (2-GPU run: all_reduce e5m2 AVG of -inf
+and 14336 gave -49152, not -21504).
 
 One contribution (a group of one rank): the reduction of one tensor is that tensor, whatever the op;
 so where NCCL accepts an op it cannot compute for n > 1 (reduce_scatter on one rank skips the op:
@@ -149,19 +152,40 @@ def check_reduction(actual: np.ndarray, inputs: list[np.ndarray], op: str, dtype
         return _compare_exact(actual, exact_reduce(op, inputs, dtype, flavor))
     real_actual = _as_real(actual).astype(np.float64)
     real_inputs = [_as_real(x).astype(np.float64) for x in inputs]
-    saturates = flavor == "nccl" and dtype.bits == 8  # fp8 on NCCL, see the module docstring
-    if saturates and len(inputs) > 1:  # an infinite input counts as the largest finite value of its
-        # sign (NaN stays NaN); one rank's "reduction" is NCCL's copy, infinities included
-        if op == "avg":  # NCCL's float AVG is PREMUL_SUM(1/n): the scaling comes first (inf/n is inf), then
-            # the saturation: e5m2 AVG(-inf, 14336) over 2 ranks is -57344 + 7168 -> -49152
-            n = len(inputs)
-            real_inputs = [np.clip(x / n, -dtype.max_finite, dtype.max_finite) for x in real_inputs]
-            op, factor = "premul_sum", 1.0
-        else:
-            real_inputs = [np.clip(x, -dtype.max_finite, dtype.max_finite) for x in real_inputs]
+    # fp8 on NCCL, see the module docstring; one rank's "reduction" is NCCL's copy, infinities included
+    saturates = flavor == "nccl" and dtype.bits == 8 and len(inputs) > 1
+    prescaled, nan_ok = False, None
+    if saturates:
+        real_inputs, prescaled, nan_ok = _nccl_fp8_contributions(real_inputs, op, dtype)
     if op in ("min", "max"):
         return _check_minmax(real_actual, real_inputs, op, flavor, dtype.max_finite if saturates else None)
-    return _check_float_bound(real_actual, real_inputs, op, dtype, factor, saturates)
+    return _check_float_bound(real_actual, real_inputs, op, dtype, factor, saturates, prescaled, nan_ok)
+
+
+def _nccl_fp8_contributions(inputs: list[np.ndarray], op: str, dtype: DType
+                            ) -> tuple[list[np.ndarray], bool, np.ndarray | None]:
+    """What NCCL's fp8 reduction adds up, n > 1 (module docstring): (contributions, already scaled by
+    1/n, positions where NaN is a legitimate answer of some order).
+
+    Every operation NCCL applies saturates its result (+-inf becomes +-max). AVG scales each input
+    first (PREMUL_SUM(1/n)), so its contributions are clip(x / n): an infinite input counts as +-max
+    whole. Two ranks apply one operation to the inputs as they are (e5m2 inf + -inf is NaN, inf - 57344
+    is inf, saturated to 57344): the contributions stay raw and the result is that one operation,
+    saturated. From three ranks on, a partial sum saturates before the next input comes, so an infinite
+    input counts as +-max, except that the first operation may still meet two raw infinities (NaN).
+    """
+    top = dtype.max_finite
+    n = len(inputs)
+    if op == "avg":
+        return [np.clip(x / n, -top, top) for x in inputs], True, None
+    if n == 2:
+        return inputs, False, None
+    stack = np.stack(inputs)
+    if op == "product":
+        nan_ok = np.isinf(stack).any(axis=0) & (stack == 0).any(axis=0)
+    else:
+        nan_ok = (stack == np.inf).any(axis=0) & (stack == -np.inf).any(axis=0)
+    return [np.clip(x, -top, top) for x in inputs], False, nan_ok
 
 
 def _compare_exact(actual: np.ndarray, expected: np.ndarray) -> Verdict:
@@ -188,11 +212,15 @@ def _check_minmax(actual: np.ndarray, inputs: list[np.ndarray], op: str, flavor:
 
 
 def _check_float_bound(actual: np.ndarray, inputs: list[np.ndarray], op: str, dtype: DType,
-                       factor: float | None, saturates: bool = False) -> Verdict:
+                       factor: float | None, saturates: bool = False, prescaled: bool = False,
+                       nan_ok: np.ndarray | None = None) -> Verdict:
+    """saturates: NCCL's fp8 (see _nccl_fp8_contributions); prescaled: AVG's inputs already divided by n;
+    nan_ok: positions where NaN is a legitimate answer although no input is NaN."""
     n = len(inputs)
     stack = np.stack(inputs)
+    scale = {"sum": 1.0, "avg": 1.0 if prescaled else 1.0 / n,
+             "premul_sum": float(factor if factor is not None else 1.0)}.get(op, 1.0)
     if op != "product":  # fast path: an exact result from finite inputs is within every bound below
-        scale = {"sum": 1.0, "avg": 1.0 / n, "premul_sum": float(factor if factor is not None else 1.0)}[op]
         with np.errstate(all="ignore"):
             exact = stack.sum(axis=0) * scale
         if np.isfinite(exact).all() and np.array_equal(actual, exact):
@@ -207,7 +235,6 @@ def _check_float_bound(actual: np.ndarray, inputs: list[np.ndarray], op: str, dt
             bound = gamma * np.abs(np.prod(finite, axis=0)) + n * tiny
             magnitude = np.abs(np.prod(finite, axis=0))
         else:
-            scale = {"sum": 1.0, "avg": 1.0 / n, "premul_sum": float(factor if factor is not None else 1.0)}[op]
             exact = stack.sum(axis=0) * scale
             abs_sum = np.abs(finite).sum(axis=0) * abs(scale)
             steps = {"sum": n - 1, "avg": n + 1, "premul_sum": n}[op]
@@ -215,27 +242,46 @@ def _check_float_bound(actual: np.ndarray, inputs: list[np.ndarray], op: str, dt
             magnitude = abs_sum
         err = np.abs(actual - exact)
         good = ~special & (err <= bound)
-        # inputs with inf/nan: the result is the IEEE special value (NaN for nan or inf-inf)
-        good |= special & ((actual == exact) | (np.isnan(actual) & np.isnan(exact)))
-        # results that may overflow the dtype on the way: infinity is a legitimate answer
+        # results that may overflow the dtype on the way
         may_overflow = magnitude * (1 + 2 * n * u) >= dtype.max_finite
-        good |= ~special & may_overflow & ~np.isfinite(actual)
-        # with an infinite input, the finite part may overflow to the opposite infinity first: NaN
-        good |= special & may_overflow & np.isnan(actual)
-        if not dtype.has_inf and not saturates:  # saturation at the largest finite value
-            good |= ~special & may_overflow & (np.abs(actual) == dtype.max_finite)
-        if saturates and op != "product" and n > 2:
-            # NCCL fp8 (inputs already clipped): every partial sum is saturated, so where one may
-            # overflow the result depends on the order, but stays between the (saturated) sums of
-            # the negative and of the positive contributions (two contributions: one addition, no order)
-            low = np.maximum(np.where(finite < 0, finite, 0.0).sum(axis=0), -dtype.max_finite) * abs(scale)
-            high = np.minimum(np.where(finite > 0, finite, 0.0).sum(axis=0), dtype.max_finite) * abs(scale)
-            good |= ~special & may_overflow & (actual >= low - bound) & (actual <= high + bound)
-        elif saturates:
-            good |= ~special & may_overflow & (actual == np.sign(exact) * dtype.max_finite)
+        if not saturates:
+            # inputs with inf/nan: the result is the IEEE special value (NaN for nan or inf-inf)
+            good |= special & ((actual == exact) | (np.isnan(actual) & np.isnan(exact)))
+            good |= ~special & may_overflow & ~np.isfinite(actual)  # infinity is a legitimate answer
+            # with an infinite input, the finite part may overflow to the opposite infinity first: NaN
+            good |= special & may_overflow & np.isnan(actual)
+            if not dtype.has_inf:  # float8_e4m3fn without NCCL's saturation: the largest finite value
+                good |= ~special & may_overflow & (np.abs(actual) == dtype.max_finite)
+        else:
+            # NCCL fp8 never returns an infinity: a special result is the IEEE one, saturated
+            saturated = np.clip(exact, -dtype.max_finite, dtype.max_finite)
+            good |= special & ((actual == saturated) | (np.isnan(actual) & np.isnan(exact)))
+            if nan_ok is not None:
+                good |= nan_ok & np.isnan(actual)
+            if op != "product" and n > 2:
+                good |= ~special & may_overflow & _within_saturated_sums(actual, finite * abs(scale), dtype)
+            else:  # one operation (two ranks) or a product: overflow gives the largest value of its sign
+                good |= ~special & may_overflow & (actual == np.sign(exact) * dtype.max_finite)
     if good.all():
         return OK
     return Verdict(False, _first_difference(actual, exact, mask=~good, bound=bound))
+
+
+def _within_saturated_sums(actual: np.ndarray, contributions: np.ndarray, dtype: DType) -> np.ndarray:
+    """NCCL fp8 from three ranks on: every partial sum saturates, so where one may overflow the result
+    depends on the order. Whatever the order (chain or tree), it lies between the sum of the negative
+    and the sum of the positive contributions, each grown by the roundings on the way and saturated;
+    with contributions of one sign only, the partial sums only grow, so the result is at least that
+    sum shrunk by the roundings (two per operation: half precision, then fp8)."""
+    n = contributions.shape[0]
+    u, top = dtype.unit_roundoff, dtype.max_finite
+    grow, shrink = (1 + 2 * u) ** (n + 1), (1 - 2 * u) ** (n + 1)
+    pos = np.where(contributions > 0, contributions, 0.0).sum(axis=0)
+    neg = np.where(contributions < 0, contributions, 0.0).sum(axis=0)
+    low = np.where(neg < 0, np.maximum(neg * grow, -top), np.minimum(pos, top) * shrink)
+    high = np.where(pos > 0, np.minimum(pos * grow, top), np.maximum(neg, -top) * shrink)
+    slack = n * dtype.tiny
+    return (actual >= low - slack) & (actual <= high + slack)
 
 
 def _first_difference(actual: np.ndarray, expected: np.ndarray, mask: np.ndarray | None = None,

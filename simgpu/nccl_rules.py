@@ -26,9 +26,11 @@ ProcessGroupNCCL.cpp (torch 2.11-2.13, NCCL 2.28) and the runs recorded in share
   bfloat16 and double are TypeError; bool SUM is computed as MAX (logical OR).
 - arithmetic: integer AVG is the wrapped sum divided by n, truncated toward zero; float AVG is
   the sum of x_r * fl(1/n) (NCCL's PreMulSum); PREMUL_SUM is the sum of x_r * fl(factor); float
-  MIN/MAX ignore NaN unless every rank has NaN at that position; fp8 saturates: an infinite input
-  counts as the largest finite value of its sign (so inf + -inf is 0, not NaN), and a sum, product
-  or MIN/MAX that overflows is +-57344 for e5m2, +-448 for e4m3fn; NaN stays NaN [nccl-run].
+  MIN/MAX ignore NaN unless every rank has NaN at that position; fp8 saturates every result: a sum,
+  product or MIN/MAX that overflows or is infinite is +-57344 for e5m2, +-448 for e4m3fn, NaN stays
+  NaN; on two ranks the one operation sees the raw inputs (inf + -inf is NaN), from three on an
+  infinite input counts as the largest finite value of its sign (a partial sum saturated first), and
+  AVG saturates each input after its premultiply [nccl-run, nccl-probe].
 
 Every error message starts with NCCL's own wording (so a regex written for NCCL matches) and may
 end with a "(simgpu: ...)" note that names the rank and the argument.
@@ -226,6 +228,7 @@ class ReducePlan:
     post_div: int | None = None
     nan_skip: bool = False
     saturate: bool = False  # fp8 on NCCL: results clamp to the largest finite value (inf too), NaN stays
+    clamp_inputs: bool = False  # ... and from three ranks on the inputs too (a partial sum saturates first)
 
     def wire_numel(self, numel: int) -> int:
         """Length of the wire buffer for `numel` values."""
@@ -242,9 +245,12 @@ class ReducePlan:
         """
         flat = x.reshape(-1)
         top = torch.finfo(self.dtype).max if self.saturate else None
-        if self.saturate:  # [nccl-run] NCCL's fp8 reductions read +-inf as +-largest finite: inf + -inf is 0
+        if self.saturate:
+            # [nccl-run] NCCL's fp8 operations saturate their results. On two ranks the one addition sees
+            # the raw inputs (inf + -inf is NaN, inf - 57344 is 57344); from three on a partial sum has
+            # saturated first, so an infinite input counts as +-max (AVG: after its premultiply, below).
             flat = flat.to(self.wire_dtype)
-            if self.premul is None:
+            if self.clamp_inputs and self.premul is None:
                 flat = flat.clamp(-top, top)
         if self.nan_skip:
             return self._nan_wire(flat, rows), False
@@ -319,6 +325,7 @@ def plan_reduction(op: Any, dtype: torch.dtype, world_size: int, context: str = 
     kind = op_type(op)
     wire = torch.uint8 if dtype == torch.bool else torch.float32 if dtype in FLOAT8_DTYPES else dtype
     saturate = dtype in FLOAT8_DTYPES and world_size > 1  # [nccl-run] e5m2 inf+1 -> 57344, e4m3fn 300*300 -> 448
+    clamp_inputs = saturate and world_size > 2
     if dtype == torch.bool:
         gloo_op = {RedOpType.SUM: RedOpType.MAX, RedOpType.MAX: RedOpType.MAX,
                    RedOpType.PRODUCT: RedOpType.MIN, RedOpType.MIN: RedOpType.MIN}[kind]
@@ -330,7 +337,7 @@ def plan_reduction(op: Any, dtype: torch.dtype, world_size: int, context: str = 
     if kind == RedOpType.PREMUL_SUM:
         return ReducePlan(dtype, wire, RedOpType.SUM, premul=premul_factor(op))
     nan_skip = dtype in FLOAT_DTYPES and kind in (RedOpType.MIN, RedOpType.MAX)
-    return ReducePlan(dtype, wire, kind, nan_skip=nan_skip, saturate=saturate)
+    return ReducePlan(dtype, wire, kind, nan_skip=nan_skip, saturate=saturate, clamp_inputs=clamp_inputs)
 
 
 def check_fp8_avg(op: Any, t: torch.Tensor, world_size: int) -> None:

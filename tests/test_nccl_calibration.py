@@ -68,11 +68,30 @@ def test_fp8_saturation_is_accepted_on_nccl_only():
     summed = [np.array([np.inf], dtype=np.float32), np.array([1.0], dtype=np.float32)]
     assert check_reduction(np.array([57344.0], dtype=np.float32), summed, "sum", e5m2, "nccl").ok
     assert not check_reduction(np.array([-57344.0], dtype=np.float32), summed, "sum", e5m2, "nccl").ok
-    # full run 2026-11-22: inf + -inf is 0 on NCCL (inputs read as +-57344), NaN under IEEE (gloo)
+    # two ranks, one operation on the raw values, saturated after (probe run2: e5m2 SUM of inf and -inf
+    # is NaN, of inf and -80 is 57344); AVG scales and saturates first, so inf and -inf average to 0
     opposite = [np.array([np.inf], dtype=np.float32), np.array([-np.inf], dtype=np.float32)]
-    assert check_reduction(np.array([0.0], dtype=np.float32), opposite, "sum", e5m2, "nccl").ok
+    assert check_reduction(np.array([np.nan], dtype=np.float32), opposite, "sum", e5m2, "nccl").ok
+    assert not check_reduction(np.array([0.0], dtype=np.float32), opposite, "sum", e5m2, "nccl").ok
     assert check_reduction(np.array([0.0], dtype=np.float32), opposite, "avg", e5m2, "nccl").ok
     assert not check_reduction(np.array([0.0], dtype=np.float32), opposite, "sum", e5m2, "gloo").ok
+    raw = [np.array([x], dtype=np.float32) for x in (np.inf, -57344.0)]
+    assert check_reduction(np.array([57344.0], dtype=np.float32), raw, "sum", e5m2, "nccl").ok
+    assert not check_reduction(np.array([0.0], dtype=np.float32), raw, "sum", e5m2, "nccl").ok
+    # NCCL's fp8 never returns an infinity, and overflow never flips the sign
+    big = [np.array([x], dtype=np.float32) for x in (32768.0, 40960.0)]
+    assert check_reduction(np.array([57344.0], dtype=np.float32), big, "sum", e5m2, "nccl").ok
+    for wrong in (np.inf, -np.inf, np.nan, -57344.0):
+        assert not check_reduction(np.array([wrong], dtype=np.float32), big, "sum", e5m2, "nccl").ok
+    # full run 2026-11-22, four ranks: reduce_scatter SUM with +inf and -inf gave 57344 (a partial sum
+    # saturated before the other infinity came); NaN is possible in another order, a wrong sign is not
+    four = [np.array([x], dtype=np.float32) for x in (np.inf, 1.0, -np.inf, 2.0)]
+    for got in (57344.0, 0.0, -57344.0, np.nan):
+        assert check_reduction(np.array([got], dtype=np.float32), four, "sum", e5m2, "nccl").ok
+    positive = [np.array([x], dtype=np.float32) for x in (14336.0, np.inf, 14336.0, 1.0)]
+    assert check_reduction(np.array([57344.0], dtype=np.float32), positive, "avg", e5m2, "nccl").ok
+    for wrong in (0.0, -12288.0, np.nan):  # all contributions positive: the sum can only grow
+        assert not check_reduction(np.array([wrong], dtype=np.float32), positive, "avg", e5m2, "nccl").ok
     # where partial sums saturate the order decides, but never outside [sum of negatives, sum of positives]
     three = [np.array([x], dtype=np.float32) for x in (np.inf, np.inf, -np.inf)]
     for got in (0.0, 57344.0):

@@ -201,6 +201,13 @@ def fp8_infinities(ctx, op_name):
 
 
 @case
+def fp8_two_rank_sum(ctx):
+    t = torch.tensor([[float("inf"), float("inf")], [float("-inf"), -57344.0]][ctx.rank]).to(torch.float8_e5m2)
+    dist.all_reduce(t)
+    return t.float().tolist()
+
+
+@case
 def fp8_avg_infinity(ctx):
     t = torch.tensor([[float("-inf"), 14336.0][ctx.rank]]).to(torch.float8_e5m2)
     dist.all_reduce(t, op=dist.ReduceOp.AVG)
@@ -541,6 +548,12 @@ def test_fp8_infinities_count_as_the_largest_finite_value(pool3):
     assert values(pool3.run(rank_call, "fp8_infinities", "MIN")) == [[-57344.0, 1.0]] * 3
     # AVG is PREMUL_SUM(1/3): inf * fl8(1/3) is still inf and saturates after; 3 * 0.3125 rounds to 1.0
     assert values(pool3.run(rank_call, "fp8_infinities", "AVG")) == [[57344.0, 1.0]] * 3
+
+
+def test_fp8_two_ranks_add_the_raw_values(pool2):
+    """[nccl-probe run2] e5m2 on two ranks: inf + -inf is NaN, inf + -57344 saturates to 57344."""
+    got = values(pool2.run(rank_call, "fp8_two_rank_sum"))
+    assert str(got) == str([[float("nan"), 57344.0]] * 2)
 
 
 def test_fp8_avg_scales_before_it_saturates(pool2):
