@@ -6,7 +6,7 @@ This script, one process per GPU like torch.distributed, times the same all_redu
 three layers, so the difference between two rows is one layer's cost:
 
   - `dist.all_reduce`  the public call (Python wrapper + ProcessGroupNCCL + NCCL)
-  - `pg.allreduce`     ProcessGroupNCCL's C++ method directly (no Python wrapper, no work.wait)
+  - `pg.allreduce`     ProcessGroupNCCL's C++ method directly, synchronous as the public call (no Python wrapper)
   - `graph`            the public call captured in a CUDA graph and replayed (GPU time only)
   - `add_`             one elementwise kernel: the floor of any launch from Python
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -55,6 +56,8 @@ def _rank(rank: int, n: int, port: int, sizes: list[int], iters: int, out: str |
     pg = dist.group.WORLD
     opts = dist.AllreduceOptions()
     opts.reduceOp = dist.ReduceOp.SUM
+    if hasattr(opts, "asyncOp"):  # the public call's synchronous path (the options' default is async)
+        opts.asyncOp = False
     rows = []
     for size in sizes:
         t = torch.ones(max(size // 4, 1), device=device)
@@ -90,8 +93,8 @@ def _rank(rank: int, n: int, port: int, sizes: list[int], iters: int, out: str |
         print(f"# {'layer':>16} {'size':>8} {'host_us':>8} {'gpu_us':>8}")
         summary = []
         for i, row in enumerate(rows):
-            host = sorted(r[i]["host_us"] for r in gathered)[n // 2]
-            gpu = sorted(r[i]["gpu_us"] for r in gathered)[n // 2]
+            host = statistics.median(r[i]["host_us"] for r in gathered)
+            gpu = statistics.median(r[i]["gpu_us"] for r in gathered)
             summary.append({**row, "host_us": host, "gpu_us": gpu, "gpus": n, "env": env})
             print(f"  {row['layer']:>16} {row['size']:>8} {host:>8.2f} {gpu:>8.2f}")
         if out:

@@ -163,11 +163,12 @@ def parse_nccl_tests(text: str) -> list[dict]:
 
 
 def _median_of_cycles(rows: list[dict]) -> list[dict]:
-    """One row per (size, placement): the one of median time among nccl-tests' -N repeats (the lower
-    middle one for an even count), in first-seen order."""
+    """One row per (size, type, reduce op, root, placement): the one of median time among nccl-tests'
+    -N repeats (the lower middle one for an even count), in first-seen order."""
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
-        groups.setdefault((row["size"], row["placement"]), []).append(row)
+        key = (row["size"], row["type"], row["redop"], row["root"], row["placement"])
+        groups.setdefault(key, []).append(row)
     chosen = []
     for group in groups.values():
         by_time = sorted(group, key=lambda r: r["time_us"])
