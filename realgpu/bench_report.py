@@ -116,8 +116,9 @@ _NCCL_FILE = re.compile(r"nt-(.+)-g(\d+)(-graph)?\.txt")
 def read_nccl_tests_folder(folder: Any) -> list[dict]:
     """Every row of the nccl-tests outputs in a folder named nt-<binary>-g<gpus>[-graph].txt, with our
     collective name, the GPU count and the mode ("eager", or "graph" for -G) added. Where a file was
-    run with `-N k` (the sweep repeated k times), each (size, placement) keeps the row of median time:
-    the same statistic as realgpu-bench's --trials; "cycles" says how many rows it was chosen from."""
+    run with `-N k` (the sweep repeated k times), each size (and type, op, root, placement) keeps the
+    row of median time, the same statistic as realgpu-bench's --trials; "cycles" says how many rows it
+    was chosen from."""
     from pathlib import Path
 
     from realgpu.bench_ops import NCCL_TESTS_NAMES

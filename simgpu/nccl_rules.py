@@ -250,7 +250,7 @@ class ReducePlan:
             # the raw inputs (inf + -inf is NaN, inf - 57344 is 57344); from three on a partial sum has
             # saturated first, so an infinite input counts as +-max (AVG: after its premultiply, below).
             flat = flat.to(self.wire_dtype)
-            if self.clamp_inputs and self.premul is None:
+            if self.clamp_inputs:  # never set with a premultiply (AVG clamps after it)
                 flat = flat.clamp(-top, top)
         if self.nan_skip:
             return self._nan_wire(flat, rows), False
