@@ -312,15 +312,25 @@ def empty_cache() -> None:
 
 
 def is_initialized() -> bool:
-    return True
+    """False until the program first uses a GPU, as CUDA's lazy initialisation (DeviceMesh sets each
+    rank's device only while this is False)."""
+    return devices.initialized()
 
 
 def init() -> None:
-    devices.table()
+    devices.mark_initialized()
 
 
 def _lazy_init() -> None:
-    devices.table()
+    devices.mark_initialized()
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True  # compute capability 9.0
+
+
+def is_tf32_supported() -> bool:
+    return True
 
 
 def _unsupported(what: str) -> Any:
@@ -343,14 +353,15 @@ TORCH_CUDA = {
     "max_memory_allocated": max_memory_allocated, "reset_peak_memory_stats": reset_peak_memory_stats,
     "memory_reserved": memory_allocated, "max_memory_reserved": max_memory_allocated,
     "mem_get_info": mem_get_info, "empty_cache": empty_cache, "is_initialized": is_initialized, "init": init,
-    "_lazy_init": _lazy_init,
+    "_lazy_init": _lazy_init, "is_bf16_supported": is_bf16_supported, "is_tf32_supported": is_tf32_supported,
+    "get_arch_list": lambda: ["sm_90"], "is_current_stream_capturing": lambda: False,
     "CUDAGraph": _unsupported("CUDA graphs (torch.cuda.CUDAGraph)"),
     "graph": _unsupported("CUDA graph capture (torch.cuda.graph)"),
     "make_graphed_callables": _unsupported("CUDA graphs (torch.cuda.make_graphed_callables)"),
 }
 
 
-def _accelerator() -> torch.device:
+def _accelerator(check_available: bool = False) -> torch.device:
     return torch.device("cuda")
 
 
@@ -395,6 +406,7 @@ def install() -> None:
         for name, value in TORCH_ACCELERATOR.items():
             if hasattr(torch.accelerator, name):
                 setattr(torch.accelerator, name, value)
+    torch._C._get_accelerator = _accelerator  # what torch.distributed asks when no backend is named
     torch.device = device_constructor  # type: ignore[misc]
     torch.Stream = Stream  # torch.Stream(i) is how parallel code asks for a stream on device i
     torch.Event = Event

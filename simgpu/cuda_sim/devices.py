@@ -121,16 +121,32 @@ def check_index(index: int) -> int:
     return index
 
 
+_initialized = False
+
+
+def initialized() -> bool:
+    """Whether the program has used a GPU yet (CUDA initialises lazily)."""
+    return _initialized
+
+
+def mark_initialized() -> None:
+    global _initialized
+    if count() == 0:
+        raise RuntimeError("No CUDA GPUs are available (simgpu: 0 simulated GPUs visible)")
+    _initialized = True
+
+
 def current() -> int:
     """The calling thread's current device (CUDA's is per thread and starts at 0)."""
     index = getattr(_current, "index", 0)
-    if count() == 0:
-        raise RuntimeError("No CUDA GPUs are available (simgpu: 0 simulated GPUs visible)")
+    if not _initialized:
+        mark_initialized()
     return index
 
 
 def set_current(index: int) -> None:
     _current.index = check_index(index)
+    mark_initialized()
 
 
 def resolve(device: Any) -> int | None:
@@ -170,6 +186,23 @@ def place(t: torch.Tensor, index: int | None) -> torch.Tensor:
     setattr(storage, LABEL, index)
     if index is not None:
         _account(storage, index)
+        mark_initialized() if not _initialized else None
+    return t
+
+
+def adopt(t: torch.Tensor, index: int) -> torch.Tensor:
+    """Put `t`'s storage on simulated GPU `index` unless it is there already; a host storage moves
+    (C++ makes tensors from a simulated tensor's host options), one on another GPU is an error."""
+    storage = t.untyped_storage()
+    old = getattr(storage, LABEL, None)
+    if old == index:
+        return t
+    if old is not None:
+        raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                           f"cuda:{index} and cuda:{old}!")
+    setattr(storage, LABEL, index)
+    _account(storage, index)
+    mark_initialized() if not _initialized else None
     return t
 
 

@@ -20,7 +20,8 @@ from torch.utils._pytree import tree_flatten
 from simgpu.backend import create_sim_process_group
 from simgpu.cuda_sim import devices
 
-SIM_NCCL = "sim_nccl"
+SIM_NCCL = "sim_nccl"          # "nccl": GPU tensors only, as NCCL
+SIM_NCCL_HOST = "sim_nccl_host"  # "cpu:gloo,cuda:nccl" and the like: host tensors too
 
 
 # The tensor-moving API a program calls; torch's own C++ callers (DDP's reducer) are not checked,
@@ -77,14 +78,42 @@ def _backend_name(group: Any) -> str | None:
 
 def _simulated(backend: Any) -> Any:
     """The backend name to really use for what the program asked for."""
-    if backend is None:  # torch's default where CUDA is available: "cpu:gloo,cuda:nccl"
-        return "sim"
-    text = str(backend).lower()
+    text = "undefined" if backend is None else str(backend).lower()
+    if text in (SIM_NCCL, SIM_NCCL_HOST):
+        return backend
+    if text == "undefined":  # torch's default on a CUDA machine
+        return SIM_NCCL_HOST if _default_serves_host() else SIM_NCCL
     if text == "nccl":
         return SIM_NCCL
     if "nccl" in text:  # a device map such as "cpu:gloo,cuda:nccl": one sim group serves both
-        return "sim"
+        return SIM_NCCL_HOST
     return backend
+
+
+def _default_serves_host() -> bool:
+    """Whether this torch's default backend on a CUDA machine also takes host tensors (older
+    versions: "cpu:gloo,cuda:nccl"; newer: the accelerator's backend alone)."""
+    try:
+        config = dist.distributed_c10d.BackendConfig(dist.Backend("undefined"))
+        return "cpu" in config.get_device_backend_map()
+    except (ValueError, RuntimeError, AttributeError):
+        return True
+
+
+def _new_process_group_helper(original: Callable) -> Callable:
+    """Every group torch creates (init_process_group, new_group, DeviceMesh, split_group, FSDP's
+    and DTensor's) comes through here: the simulator stands in for NCCL."""
+    @functools.wraps(original)
+    def helper(group_size: int, group_rank: int, global_ranks: Any, backend: Any, *args: Any, **kwargs: Any) -> Any:
+        simulated = _simulated(backend)
+        if simulated is not backend:
+            backend = dist.Backend(simulated)
+            kwargs.pop("device_id", None)  # eager NCCL communicator set-up: nothing to set up here
+            if len(args) >= 6:
+                args = (*args[:5], None, *args[6:])
+        return original(group_size, group_rank, global_ranks, backend, *args, **kwargs)
+
+    return helper
 
 
 def _init_process_group(original: Callable) -> Callable:
@@ -114,7 +143,7 @@ def _get_backend(original: Callable) -> Callable:
     @functools.wraps(original)
     def get_backend(group: Any = None) -> str:
         name = original(group)
-        return "nccl" if name == SIM_NCCL else name
+        return "nccl" if name == SIM_NCCL else "cpu:gloo,cuda:nccl" if name == SIM_NCCL_HOST else name
 
     return get_backend
 
@@ -123,8 +152,11 @@ _original_get_backend = dist.get_backend
 
 
 def install() -> None:
-    if SIM_NCCL.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(SIM_NCCL, create_sim_process_group, devices=["cpu", "cuda"])
+    for name in (SIM_NCCL, SIM_NCCL_HOST):
+        if name.upper() not in dist.Backend._plugins:
+            dist.Backend.register_backend(name, create_sim_process_group, devices=["cpu", "cuda"])
+    c10d = dist.distributed_c10d
+    c10d._new_process_group_helper = _new_process_group_helper(c10d._new_process_group_helper)
     for name in TENSOR_COLLECTIVES:
         if hasattr(dist.distributed_c10d, name):
             wrapped = _held_to_gpus(getattr(dist.distributed_c10d, name))

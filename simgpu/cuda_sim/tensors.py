@@ -1,14 +1,18 @@
-"""Tensors on simulated GPUs: device arguments, transfers, and CUDA's same-device rule.
+"""Tensors on simulated GPUs as a program sees them: device arguments, transfers, and checks.
 
-A TorchFunctionMode sees every torch call made from Python. It turns `device="cuda:i"` into a CPU
-allocation labelled cuda:i, makes `.cuda()`, `.to()` and `.cpu()` copy between host and devices
-as CUDA does (a transfer is a copy; moving to where a tensor already is returns it), labels each
-result with the device of its inputs, and raises CUDA's error when an op mixes devices. Python
-properties on torch.Tensor report the label: `device`, `is_cuda`, `get_device()`, and `grad`
-(autograd creates gradients in C++, where no label is set, on the parameter's device).
+Three layers, each where torch lets it see what it must:
+- placement.py (a TorchDispatchMode) gives every aten op's results the device of its inputs,
+  wherever the op was called from;
+- torch.Tensor's transfer methods (`cuda`, `cpu`, `to`, `type_as`, `numpy`, `pin_memory`, ...)
+  are replaced on the class, so they behave as CUDA's wherever Python calls them: a transfer is a
+  copy, staying put returns the tensor itself, a GPU tensor refuses `.numpy()`;
+- a TorchFunctionMode sees the program's own torch calls: a bare index or "cuda" in `device=`
+  (which a CPU build of torch cannot parse), and CUDA's same-device rule for host tensors
+  (`model(x)` with x still on the host fails as on a GPU).
+Python properties on torch.Tensor report the label: `device`, `is_cuda`, `is_cpu`, `get_device()`.
 
-Torch function modes are per thread, so the mode is entered in every thread the program starts
-(threads are how nn.DataParallel drives its replicas).
+Torch modes are per thread, so both are entered in every thread the program starts (threads are
+how nn.DataParallel drives its replicas); the autograd engine inherits the dispatch mode.
 """
 from __future__ import annotations
 
@@ -17,13 +21,13 @@ from typing import Any, Callable
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten, tree_map
 
-from simgpu.cuda_sim import api, devices
+from simgpu.cuda_sim import api, devices, placement
+from simgpu.cuda_sim.placement import suspended  # noqa: F401  (the simulator's plumbing imports it from here)
 
 TensorBase = torch._C.TensorBase
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 _HOST = "host"  # an explicit host target (device="cpu"), as opposed to "no device argument"
-_suspended = threading.local()
 
 
 def _cuda_device(index: int) -> torch.device:
@@ -35,18 +39,8 @@ def device_of(t: torch.Tensor) -> torch.device:
     return TensorBase.device.__get__(t) if index is None else _cuda_device(index)
 
 
-class suspended:
-    """Run torch calls untouched by the simulation (the simulator's own plumbing uses it)."""
-
-    def __enter__(self) -> None:
-        _suspended.depth = getattr(_suspended, "depth", 0) + 1
-
-    def __exit__(self, *exc: Any) -> None:
-        _suspended.depth -= 1
-
-
 def _target(device: Any) -> Any:
-    """What a device= argument asks for: a simulated GPU index, _HOST, or None (not a device)."""
+    """What a device argument asks for: a simulated GPU index, _HOST, or None (not a device)."""
     if device is None:
         return None
     index = devices.resolve(device)
@@ -57,16 +51,8 @@ def _target(device: Any) -> Any:
     return None
 
 
-def _tensors(tree: Any) -> list[torch.Tensor]:
-    return [x for x in tree_flatten(tree)[0] if isinstance(x, torch.Tensor)]
-
-
-def _mixed_devices(a: str, b: str) -> RuntimeError:
-    return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}!")
-
-
 def common_device(tensors: list[torch.Tensor]) -> int | None:
-    """The simulated GPU an op on these tensors runs on; CUDA's error when they disagree.
+    """The simulated GPU a program's call on these tensors runs on; CUDA's error when they disagree.
 
     CPU tensors of dimension 0 (scalars) may join a GPU op, as on CUDA; other host tensors may not.
     """
@@ -80,181 +66,241 @@ def common_device(tensors: list[torch.Tensor]) -> int | None:
         if found is None:
             found = index
         elif found != index:
-            raise _mixed_devices(f"cuda:{found}", f"cuda:{index}")
+            raise placement.mixed_devices(f"cuda:{found}", f"cuda:{index}")
     if found is not None and host_tensor:
-        raise _mixed_devices(f"cuda:{found}", "cpu")
+        raise placement.mixed_devices(f"cuda:{found}", "cpu")
     return found
 
 
-def _put_outputs(out: Any, target: Any, inputs: list[torch.Tensor]) -> Any:
-    """Label every tensor of `out` with `target`; an output that aliases an input on another
-    device is copied first (a transfer never aliases)."""
-    if target is None:
-        return out
-    index = None if target == _HOST else target
-    input_storages = {id(t.untyped_storage()) for t in inputs}
+def _plain(t: Any) -> bool:
+    return type(t) in _PLAIN
 
-    def put(x: Any) -> Any:
-        if not isinstance(x, torch.Tensor) or x.layout != torch.strided:
-            return x
-        placed = devices.device_of(x)
-        if placed != index and (placed is not None or id(x.untyped_storage()) in input_storages):
-            x = x.clone(memory_format=torch.preserve_format)
-        if index is not None:
-            devices.place(x, index)
-        return x
 
-    return tree_map(put, out)
+def _copy_on(t: torch.Tensor, index: int | None) -> torch.Tensor:
+    with suspended():
+        moved = t.clone(memory_format=torch.preserve_format)
+    if index is not None:
+        devices.place(moved, index)
+    return moved
+
+
+class _Transfer(torch.autograd.Function):
+    """A copy between devices that autograd sees as one: the gradient travels back to the source
+    device, as CUDA's `_to_copy` backward does."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor, index: int | None) -> torch.Tensor:  # type: ignore[override]
+        ctx.source = devices.device_of(t)
+        return _copy_on(t, index)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+        return _copy_on(grad, ctx.source), None
 
 
 def _transfer(t: torch.Tensor, index: int | None) -> torch.Tensor:
     """A copy of `t` on `index` (None: host), or `t` itself when it is already there."""
     if devices.device_of(t) == index:
         return t
-    copy = t.clone(memory_format=torch.preserve_format)
-    if index is not None:
-        devices.place(copy, index)
-    return copy
+    if t.requires_grad and torch.is_grad_enabled():
+        return _Transfer.apply(t, index)
+    return _copy_on(t, index)
 
 
-def _cuda(func: Callable, args: tuple, kwargs: dict) -> torch.Tensor:
-    self, *rest = args
-    device = rest[0] if rest else kwargs.get("device")
+# ---- torch.Tensor's transfer methods, replaced on the class --------------------------------------
+_original: dict[str, Callable] = {}
+
+
+def _cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> torch.Tensor:
+    if not _plain(self):
+        return _original["cuda"](self, device, non_blocking, **kwargs)
     index = devices.current() if device is None else devices.resolve(device)
     if index is None:
         raise RuntimeError(f"Invalid device, must be cuda device (got {device!r})")
     return _transfer(self, index)
 
 
-def _cpu(func: Callable, args: tuple, kwargs: dict) -> torch.Tensor:
-    return _transfer(args[0], None)
+def _cpu(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    if not _plain(self):
+        return _original["cpu"](self, *args, **kwargs)
+    return _transfer(self, None)
 
 
-def _to(func: Callable, args: tuple, kwargs: dict) -> torch.Tensor:
-    """Tensor.to in all its forms: (device, dtype), (dtype), (tensor), with copy= and non_blocking=."""
-    self, *rest = args
+def _parse_to(args: tuple, kwargs: dict) -> tuple[Any, dict]:
+    """Tensor.to's forms: (device, dtype, non_blocking, copy), (dtype, ...), (tensor, ...), keywords.
+    Returns the device target (an index, _HOST, or None: stays) and what to convert on the host."""
+    rest = list(args)
     kwargs = dict(kwargs)
     target: Any = None
     if rest and isinstance(rest[0], torch.Tensor):
         other = rest.pop(0)
-        target = devices.device_of(other)
-        target = _HOST if target is None else target
-        rest.insert(0, other.dtype)
+        index = devices.device_of(other)
+        target = _HOST if index is None else index
+        kwargs["dtype"] = other.dtype
+        kwargs.update(zip(("non_blocking", "copy"), rest))
     elif rest and (isinstance(rest[0], (str, torch.device)) or (isinstance(rest[0], int) and not isinstance(rest[0], bool))):
         target = _target(rest.pop(0))
-        kwargs.update(zip(("dtype", "non_blocking", "copy"), rest))  # what followed the device, by name
-        rest = []
-        if "dtype" in kwargs and kwargs["dtype"] is None:  # nn.Module.to passes dtype=None for int tensors
-            del kwargs["dtype"]
+        kwargs.update(zip(("dtype", "non_blocking", "copy"), rest))
+    else:
+        kwargs.update(zip(("dtype", "non_blocking", "copy"), rest))
     if "device" in kwargs:
         target = _target(kwargs.pop("device"))
-    converted = func(self, *rest, **kwargs)  # dtype, copy, memory_format, on the host storage
-    if target is None:  # a dtype or layout change stays on the tensor's device
-        target = devices.device_of(self)
-    return _put_outputs(converted, target, [self])
+    if kwargs.get("dtype", 0) is None:  # nn.Module.to passes dtype=None for integer tensors
+        del kwargs["dtype"]
+    return target, kwargs
 
 
-def _type_as(func: Callable, args: tuple, kwargs: dict) -> torch.Tensor:
-    self, other = args
-    return _to(TensorBase.to, (self, other), {})
+def _to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    if not _plain(self):
+        return _original["to"](self, *args, **kwargs)
+    target, kwargs = _parse_to(args, kwargs)
+    index = devices.device_of(self) if target is None else (None if target == _HOST else target)
+    kwargs.pop("non_blocking", None)
+    here = devices.device_of(self)
+    if index != here:
+        kwargs.pop("copy", None)  # a transfer always copies
+    converted = TensorBase.to(self, **kwargs) if kwargs else self  # dtype, copy=, memory_format, where it is
+    return _transfer(converted, index)
 
 
-def _to_numpy(func: Callable, args: tuple, kwargs: dict) -> Any:
-    t = args[0]
-    index = devices.device_of(t)
+def _type_as(self: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    if not (_plain(self) and _plain(other)):
+        return _original["type_as"](self, other)
+    return _to(self, other)
+
+
+def _numpy(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    index = devices.device_of(self) if _plain(self) else None
     if index is not None:
         raise TypeError(f"can't convert cuda:{index} device type tensor to numpy. "
                         "Use Tensor.cpu() to copy the tensor to host memory first.")
-    return func(*args, **kwargs)
+    return _original["numpy"](self, *args, **kwargs)
 
 
-def _pin_memory(func: Callable, args: tuple, kwargs: dict) -> torch.Tensor:
-    t = args[0]
-    if devices.device_of(t) is not None:
+def _array(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    _numpy(self)  # refuses GPU tensors as CUDA does
+    return _original["__array__"](self, *args, **kwargs)
+
+
+def _pin_memory(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    index = devices.device_of(self)
+    if index is not None:
         raise RuntimeError(f"cannot pin 'torch.cuda.FloatTensor' only dense CPU tensors can be pinned "
-                           f"(simgpu: tensor on cuda:{devices.device_of(t)})")
-    pinned = t.clone(memory_format=torch.preserve_format)
+                           f"(simgpu: tensor on cuda:{index})")
+    with suspended():
+        pinned = self.clone(memory_format=torch.preserve_format)
     pinned.untyped_storage()._simgpu_pinned = True
     return pinned
 
 
-def _is_pinned(func: Callable, args: tuple, kwargs: dict) -> bool:
-    return bool(getattr(args[0].untyped_storage(), "_simgpu_pinned", False))
+def _is_pinned(self: torch.Tensor, *args: Any, **kwargs: Any) -> bool:
+    return bool(getattr(self.untyped_storage(), "_simgpu_pinned", False))
 
 
-def _record_stream(func: Callable, args: tuple, kwargs: dict) -> None:
-    if devices.device_of(args[0]) is None:
+def _record_stream(self: torch.Tensor, stream: Any) -> None:
+    if devices.device_of(self) is None:
         raise RuntimeError("record_stream is only supported for CUDA tensors (simgpu: the tensor is on the host)")
 
 
-def _same_device_of_self(func: Callable, args: tuple, kwargs: dict) -> Any:
-    """Indexing: index tensors may be on the host; the result lives with the indexed tensor."""
-    out = func(*args, **kwargs)
-    index = devices.device_of(args[0])
-    return out if index is None else _put_outputs(out, index, _tensors(args[1:]))
+def _make_wrapper_subclass(cls: type, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """Tensor subclasses that wrap others (DTensor, AsyncCollectiveTensor) are made on the host, their
+    own storage labelled with the simulated GPU: torch's C++ (the autograd engine above all) would
+    otherwise look for a CUDA device that is not there."""
+    device = kwargs.get("device")
+    index = devices.resolve(device) if device is not None else None
+    if index is not None:
+        kwargs["device"] = torch.device("cpu")
+    wrapper = _original["_make_wrapper_subclass"](cls, *args, **kwargs)
+    if index is not None:
+        setattr(wrapper.untyped_storage(), devices.LABEL, index)
+    return wrapper
 
 
-_RANDOM = {torch.rand, torch.randn, torch.randint, torch.randperm, torch.normal, torch.bernoulli, torch.multinomial,
-           TensorBase.uniform_, TensorBase.normal_, TensorBase.random_, TensorBase.bernoulli_,
-           TensorBase.exponential_, TensorBase.geometric_, TensorBase.log_normal_, TensorBase.cauchy_}
-
-def _untouched(func: Callable, args: tuple, kwargs: dict) -> Any:
-    """Metadata and storage swaps: legal across devices, results need no placement."""
-    return func(*args, **kwargs)
+_TENSOR_METHODS: dict[str, Callable] = {
+    "cuda": _cuda, "cpu": _cpu, "to": _to, "type_as": _type_as, "numpy": _numpy, "__array__": _array,
+    "pin_memory": _pin_memory, "is_pinned": _is_pinned, "record_stream": _record_stream,
+}
 
 
-_SPECIAL: dict[Any, Callable[[Callable, tuple, dict], Any]] = {
-    torch._has_compatible_shallow_copy_type: _untouched,
-    TensorBase.data.__set__: _untouched,
-    TensorBase.set_: _untouched,
-    torch.is_same_size: _untouched,
-    TensorBase.is_set_to: _untouched,
-    TensorBase.cuda: _cuda,
-    TensorBase.cpu: _cpu,
-    TensorBase.to: _to,
-    TensorBase.type_as: _type_as,
-    TensorBase.copy_: _untouched,  # copies between any two devices; the destination stays put
-    TensorBase.numpy: _to_numpy,
-    torch.Tensor.__array__: _to_numpy,
-    TensorBase.pin_memory: _pin_memory,
-    TensorBase.is_pinned: _is_pinned,
-    TensorBase.record_stream: _record_stream,
-    TensorBase.__getitem__: _same_device_of_self,
-    torch._C._nn.unflatten_dense_tensors: _same_device_of_self,  # the tensors only give shapes; views of flat
-    TensorBase.__setitem__: _untouched,
-    TensorBase.index_put_: _untouched,
+# ---- the program's own calls: device arguments and the host-tensor rule ----------------------------
+_RANDOM = {torch.rand, torch.randn, torch.randint, torch.randperm, torch.normal, torch.bernoulli,
+           torch.multinomial, torch.rand_like, torch.randn_like, torch.randint_like}
+
+# Calls on which CUDA does not apply the same-device rule (copies, indexing with host indices,
+# metadata and storage swaps), or which report properties.
+_NO_DEVICE_RULE = {
+    TensorBase.copy_, TensorBase.__setitem__, TensorBase.index_put_, TensorBase.__getitem__, TensorBase.set_,
+    TensorBase.data.__set__, torch._has_compatible_shallow_copy_type, torch.is_same_size, TensorBase.is_set_to,
+    torch._C._nn.unflatten_dense_tensors, TensorBase.size, TensorBase.dim, TensorBase.shape.__get__,
+    TensorBase.numel, TensorBase.stride, TensorBase.dtype.__get__, TensorBase.requires_grad.__get__,
+    TensorBase.is_contiguous, TensorBase.element_size, TensorBase.storage_offset, TensorBase.data_ptr,
+    TensorBase.untyped_storage, TensorBase.__len__, TensorBase.layout.__get__, TensorBase.grad.__get__,
 }
 
 
 class SimCudaMode(TorchFunctionMode):
-    """Device placement and checks for every torch call made from Python (see module docstring)."""
+    """The program's torch calls: device arguments and CUDA's host-tensor rule (module docstring)."""
 
     def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        if getattr(_suspended, "depth", 0):
+        if func in _NO_DEVICE_RULE or placement.is_suspended():
             return func(*args, **kwargs)
-        special = _SPECIAL.get(func)
-        if special is not None:
-            return special(func, args, kwargs)
-        inputs = _tensors((args, kwargs))
-        if "device" in kwargs:
-            target = _target(kwargs["device"])
-            if target is not None:
-                kwargs = {**kwargs, "device": "cpu"}
-        else:
-            target = common_device(inputs) if inputs else None
-        if isinstance(target, int) and func in _RANDOM and kwargs.get("generator") is None:
-            kwargs = {**kwargs, "generator": api.generator(target)}  # each GPU has its own random stream
-        return _put_outputs(func(*args, **kwargs), target, inputs)
+        if func is torch._C._nn._parse_to:
+            return _parse_to_for_module(args, kwargs)
+        target = _target(kwargs["device"]) if "device" in kwargs else None
+        if target is None:
+            common_device(_flat_tensors(args, kwargs))
+            return func(*args, **kwargs)
+        kwargs = {**kwargs, "device": "cpu"}
+        if target == _HOST:
+            return func(*args, **kwargs)
+        if func in _RANDOM and kwargs.get("generator") is None:
+            kwargs["generator"] = api.generator(target)  # each GPU has its own random stream
+        with suspended():
+            out = func(*args, **kwargs)
+        return placement.label(out, target)
 
 
-_mode = SimCudaMode()
+def _flat_tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    found = []
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(v for v in value if isinstance(v, torch.Tensor))
+    return found
+
+
+def _parse_to_for_module(args: tuple, kwargs: dict) -> tuple:
+    """nn.Module.to parses its arguments with torch._C._nn._parse_to, which a CPU build of torch
+    refuses for a CUDA index (`model.to(rank)`): the same answer, with the device as CUDA's."""
+    rest = list(args)
+    device = kwargs.pop("device", None)
+    if rest and (isinstance(rest[0], (str, torch.device)) or (isinstance(rest[0], int) and not isinstance(rest[0], bool))):
+        device = rest.pop(0)
+    elif rest and isinstance(rest[0], torch.Tensor):
+        other = rest.pop(0)
+        device = other.device
+        rest.insert(0, other.dtype)
+    index = devices.resolve(device) if device is not None else None
+    parsed_device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(*rest, **kwargs) if (rest or kwargs) \
+        else (None, None, False, None)
+    if index is not None:
+        parsed_device = _cuda_device(index)
+    elif device is not None:
+        parsed_device = torch.device(device)
+    return parsed_device, dtype, non_blocking, memory_format
+
+
+# ---- threads ------------------------------------------------------------------------------------
+_function_mode = SimCudaMode()
 
 
 def enter_mode() -> None:
     """Make the calling thread see simulated devices."""
-    if _mode not in torch.overrides._get_current_function_mode_stack():
-        _mode.__enter__()
+    placement.enter()
+    if not any(isinstance(m, SimCudaMode) for m in torch.overrides._get_current_function_mode_stack()):
+        SimCudaMode().__enter__()
 
 
 def _thread_bootstrap(original: Callable) -> Callable:
@@ -265,53 +311,18 @@ def _thread_bootstrap(original: Callable) -> Callable:
     return bootstrap_inner
 
 
-def _record_output_devices(original: Callable) -> Callable:
-    """Custom autograd Functions (nn.DataParallel's among them): remember where each output lives,
-    so the gradients autograd hands their backward (made in C++, unlabelled) can be placed there."""
-    def apply(cls: type, *args: Any, **kwargs: Any) -> Any:
-        out = original(cls, *args, **kwargs)
-        outputs = out if isinstance(out, tuple) else (out,)
-        places = [devices.device_of(o) if isinstance(o, torch.Tensor) else None for o in outputs]
-        for o in outputs:
-            if isinstance(o, torch.Tensor) and o.grad_fn is not None and any(p is not None for p in places):
-                o.grad_fn._simgpu_output_devices = places
-                break
-        return out
-
-    return classmethod(apply)
-
-
-def _backward_on_devices(original: Callable) -> Callable:
-    def apply(node: Any, *grads: Any) -> Any:
-        places = getattr(node, "_simgpu_output_devices", ())
-        for grad, index in zip(grads, places):
-            if isinstance(grad, torch.Tensor) and index is not None and devices.device_of(grad) is None:
-                devices.place(grad, index)
-        with SimCudaMode():  # the engine runs backward outside any torch function mode
-            return original(node, *grads)
-
-    return apply
-
-
 def install() -> None:
-    """Report labels through torch.Tensor's Python attributes and enter the mode in every thread."""
+    """Report labels through torch.Tensor's Python attributes, replace its transfer methods, and
+    enter the modes in this thread and every thread started from now on."""
+    for name, method in _TENSOR_METHODS.items():
+        _original[name] = getattr(torch.Tensor, name)
+        setattr(torch.Tensor, name, method)
+    _original["_make_wrapper_subclass"] = torch.Tensor._make_wrapper_subclass
+    torch.Tensor._make_wrapper_subclass = staticmethod(_make_wrapper_subclass)
     torch.Tensor.device = property(device_of, doc="The tensor's device (simulated GPUs: cuda:i).")
     torch.Tensor.is_cuda = property(lambda t: devices.device_of(t) is not None,
                                     doc="True on a simulated GPU.")
     torch.Tensor.is_cpu = property(lambda t: devices.device_of(t) is None and TensorBase.is_cpu.__get__(t))
     torch.Tensor.get_device = lambda t: -1 if devices.device_of(t) is None else devices.device_of(t)
-    base_grad = TensorBase.grad
-
-    def get_grad(t: torch.Tensor) -> torch.Tensor | None:
-        grad = base_grad.__get__(t)
-        index = devices.device_of(t)
-        if grad is not None and index is not None and devices.device_of(grad) is None:
-            devices.place(grad, index)
-        return grad
-
-    torch.Tensor.grad = property(get_grad, base_grad.__set__, base_grad.__delete__, base_grad.__doc__)
-    function = torch.autograd.function
-    function.Function.apply = _record_output_devices(function.Function.__dict__["apply"].__func__)
-    function.BackwardCFunction.apply = _backward_on_devices(function.BackwardCFunction.apply)
     threading.Thread._bootstrap_inner = _thread_bootstrap(threading.Thread._bootstrap_inner)
     enter_mode()

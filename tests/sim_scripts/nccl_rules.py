@@ -10,7 +10,7 @@ import torch.multiprocessing as mp
 def worker(rank: int, init: str) -> None:
     dist.init_process_group("nccl", init_method=init, rank=rank, world_size=2)
     torch.cuda.set_device(rank)
-    assert dist.get_backend() == "nccl"
+    assert dist.get_backend() == "nccl", dist.get_backend()
     t = torch.full((3,), float(rank + 1), device="cuda")
     dist.all_reduce(t)
     assert t.get_device() == rank and t.tolist() == [3.0, 3.0, 3.0]

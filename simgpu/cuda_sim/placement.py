@@ -1,0 +1,189 @@
+"""Where every aten op's results live: the simulated GPU of its inputs, whoever called the op.
+
+A TorchDispatchMode sees each aten op after torch's Python and C++ layers have decomposed it:
+ops called from the program, from the autograd engine (backward kernels, gradient hooks, custom
+Functions' backward), from C++ optimizers and foreach kernels, from DDP's reducer, and the local
+ops of tensor subclasses such as DTensor. Torch function modes do not reach most of those (the
+autograd engine runs hooks without them), which is why placement lives here and not in a
+function mode.
+
+For each op:
+- a `device=` argument naming a simulated GPU becomes a host allocation labelled with that GPU
+  (factories, `_to_copy`);
+- otherwise the results take the GPU of the op's inputs; inputs on two different GPUs raise CUDA's
+  error (foreach ops pair their lists element by element); host inputs join silently, since C++
+  builds tensors from a simulated tensor's (host) options (DDP's buckets, autograd's zero grads):
+  the Python-level check in tensors.py refuses host tensors in the program's own calls;
+- random ops on a simulated GPU draw from that GPU's generator, never the host's.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Iterator
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from simgpu.cuda_sim import devices
+
+aten = torch.ops.aten
+_state = threading.local()
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_CPU = torch.device("cpu")
+_NO_DISPATCH = torch._C._disabled_torch_dispatch_impl  # plain tensors and nn.Parameter
+
+
+class suspended:
+    """Run torch calls untouched by the simulation (the simulator's own plumbing uses it)."""
+
+    def __enter__(self) -> None:
+        _state.suspended = getattr(_state, "suspended", 0) + 1
+
+    def __exit__(self, *exc: Any) -> None:
+        _state.suspended -= 1
+
+
+def is_suspended() -> bool:
+    return getattr(_state, "suspended", 0) > 0
+
+
+def mixed_devices(a: str, b: str) -> RuntimeError:
+    return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}!")
+
+
+def _tensors(args: tuple, kwargs: dict) -> Iterator[torch.Tensor]:
+    """The tensors of an aten call: arguments are tensors, or lists of them (one level deep)."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                if isinstance(item, torch.Tensor):
+                    yield item
+
+
+def gpu_of(tensors: Any) -> int | None:
+    """The one simulated GPU these tensors live on (host tensors join any), or CUDA's error."""
+    found: int | None = None
+    for t in tensors:
+        index = devices.device_of(t)
+        if index is None or index == found:
+            continue
+        if found is not None:
+            raise mixed_devices(f"cuda:{found}", f"cuda:{index}")
+        found = index
+    return found
+
+
+def label(out: Any, index: int, inputs: list[torch.Tensor] | None = None) -> Any:
+    """Put every tensor of `out` (a tensor, or a list/tuple of them) on simulated GPU `index`."""
+    if isinstance(out, torch.Tensor):
+        if type(out) in _PLAIN and out.layout == torch.strided:
+            devices.adopt(out, index)
+    elif isinstance(out, (list, tuple)):
+        for item in out:
+            label(item, index)
+    return out
+
+
+def _foreach(func: Callable, args: tuple, kwargs: dict) -> Any:
+    """foreach ops pair their tensor lists element by element: each element keeps its own GPU."""
+    lists = [a for a in args if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)]
+    places = [gpu_of(column) for column in zip(*lists)] if lists else []
+    out = func(*args, **kwargs)
+    if isinstance(out, (list, tuple)):
+        for item, index in zip(out, places):
+            if index is not None:
+                label(item, index)
+    return out
+
+
+def _untouched(func: Callable, args: tuple, kwargs: dict) -> Any:
+    """Copies between devices, storage swaps and stream bookkeeping: no check, no new placement."""
+    return func(*args, **kwargs)
+
+
+def _record_stream(func: Callable, args: tuple, kwargs: dict) -> None:
+    """A CPU runs in issue order: nothing to record."""
+    return None
+
+
+def _resolve_device(device: Any) -> Any:
+    """A device argument: a simulated GPU's index, _HOST for the host, None when absent."""
+    if device is None:
+        return None
+    device = torch.device(device) if not isinstance(device, torch.device) else device
+    if device.type != "cuda":
+        return _HOST
+    return devices.current() if device.index is None else devices.check_index(device.index)
+
+
+_HOST = "host"
+_RANDOM_INPLACE = {aten.uniform_, aten.normal_, aten.random_, aten.bernoulli_, aten.exponential_,
+                   aten.geometric_, aten.log_normal_, aten.cauchy_, aten.bernoulli, aten.multinomial,
+                   aten.normal, aten.poisson, aten.randint_like, aten.rand_like, aten.randn_like}
+_SPECIAL: dict[Any, Callable[[Callable, tuple, dict], Any]] = {
+    aten.copy_: _untouched,
+    aten.set_: _untouched,
+    aten.record_stream: _record_stream,
+}
+
+
+class PlacementMode(TorchDispatchMode):
+    """See the module docstring."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if types and any(getattr(t, "__torch_dispatch__", _NO_DISPATCH) is not _NO_DISPATCH for t in types):
+            if _infra_mode_active():  # tracing (FakeTensor, proxies, functionalization): not ours to place
+                return func(*args, **kwargs)
+            return NotImplemented  # a tensor subclass (DTensor, ...) dispatches first; its local ops come back here  # a tensor subclass (DTensor, ...) dispatches first; its local ops come back here
+        if is_suspended():
+            return func(*args, **kwargs)
+        packet = func.overloadpacket
+        special = _SPECIAL.get(packet)
+        if special is not None:
+            return special(func, args, kwargs)
+        if packet.__name__.startswith("_foreach_"):
+            return _foreach(func, args, kwargs)
+        target = _resolve_device(kwargs.get("device"))
+        if target is None:
+            target = gpu_of(_tensors(args, kwargs))
+        elif target == _HOST:
+            return func(*args, **kwargs)
+        else:
+            kwargs = {**kwargs, "device": _CPU}
+        if target is None:
+            return func(*args, **kwargs)
+        if packet in _RANDOM_INPLACE and kwargs.get("generator") is None and _takes_generator(func):
+            from simgpu.cuda_sim import api
+
+            kwargs = {**kwargs, "generator": api.generator(target)}
+        return label(func(*args, **kwargs), target)
+
+
+_INFRA_MODES = tuple(getattr(torch._C._TorchDispatchModeKey, name) for name in ("FAKE", "PROXY", "FUNCTIONAL")
+                     if hasattr(torch._C._TorchDispatchModeKey, name))
+
+
+def _infra_mode_active() -> bool:
+    return any(torch._C._get_dispatch_mode(key) is not None for key in _INFRA_MODES)
+
+
+def _takes_generator(func: Any) -> bool:
+    cached = getattr(func, "_simgpu_takes_generator", None)
+    if cached is None:
+        cached = any(a.name == "generator" for a in func._schema.arguments)
+        func._simgpu_takes_generator = cached
+    return cached
+
+
+_mode = PlacementMode()
+
+
+def enter() -> None:
+    """Make the calling thread place every op's results (the autograd engine inherits it)."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    if not any(isinstance(m, PlacementMode) for m in _get_current_dispatch_mode_stack()):
+        _mode.__enter__()
