@@ -218,6 +218,9 @@ class SimProcessGroup(dist.ProcessGroup):
         self._strict = StrictChecker(store, rank, size, label=self._label)
         self._pairs = PairRendezvous(store, rank, label=self._label, global_rank=self._global_rank)
         self._local = threading.local()  # .checked: the current call has passed the strict check
+        # what torch asks of a group's devices (_device_types, object collectives, DCP, DTensor)
+        for device in ("cpu", "cuda") if _gpus_simulated() else ("cpu",):
+            self._register_backend(torch.device(device), dist.ProcessGroup.BackendType.CUSTOM, self._gloo)
 
     def _get_backend(self, device: Any) -> Any:
         """torch >= 2.15's batch_isend_irecv asks every ProcessGroup instance (2.13: only an exact
@@ -824,6 +827,12 @@ def _make_gloo(store: dist.Store, rank: int, size: int, timeout: timedelta) -> d
     opts._timeout = timeout
     opts._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
     return dist.ProcessGroupGloo(store, rank, size, opts)
+
+
+def _gpus_simulated() -> bool:
+    import simgpu.cuda_sim
+
+    return simgpu.cuda_sim.active()
 
 
 def create_sim_process_group(store: dist.Store, rank: int, size: int, timeout: timedelta) -> SimProcessGroup:
