@@ -68,6 +68,20 @@ def environment(gpus: int, memory_gb: float | None) -> dict[str, str]:
     return env
 
 
+def check_installed_torch() -> None:
+    """Stop before starting anything when the installed torch is one the simulation is not built for."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from simgpu.torch_support import unsupported_reason
+
+    try:
+        reason = unsupported_reason(version("torch"))
+    except PackageNotFoundError:
+        raise SystemExit("simgpu run: torch is not installed in this Python environment") from None
+    if reason is not None:
+        raise SystemExit(f"simgpu run: {reason}")
+
+
 def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: float | None = None,
         predict: str | None = None) -> int:
     """Run `cmd` on `gpus` simulated GPUs; its exit status (124 after a timeout).
@@ -75,6 +89,7 @@ def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: floa
     predict: a cost-model machine preset; the predicted communication time is printed at the end."""
     if gpus < 1:
         raise SystemExit(f"simgpu run: --gpus must be at least 1, got {gpus}")
+    check_installed_torch()
     if predict is None:
         return _run(cmd, environment(gpus, memory_gb), timeout)
     from simgpu import comm_log, cost_model

@@ -11,9 +11,17 @@ from __future__ import annotations
 import os
 
 from simgpu.cuda_sim.devices import GPUS_ENV, SimulationError
+from simgpu.torch_support import unsupported_reason
 
-__all__ = ["activate", "active", "SimulationError"]
+__all__ = ["activate", "active", "SimulationError", "check_torch_version"]
 _active = False
+
+
+def check_torch_version(version: str) -> None:
+    """SimulationError naming the installed torch when the simulation is not built for it."""
+    reason = unsupported_reason(version)
+    if reason is not None:
+        raise SimulationError(reason)
 
 
 def active() -> bool:
@@ -27,10 +35,14 @@ def activate(gpus: int | None = None) -> None:
         os.environ[GPUS_ENV] = str(gpus)
     if _active:
         return
-    from simgpu.cuda_sim import api, comm, distributed, tensors
+    import torch
+
+    check_torch_version(torch.__version__)
+    from simgpu.cuda_sim import api, comm, distributed, serialization, tensors
 
     api.install()
     comm.install()
     distributed.install()
+    serialization.install()
     tensors.install()
     _active = True

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import importlib.abc
+import os
 import importlib.util
 import sys
 from typing import Any
 
 from simgpu.cuda_sim.devices import SimulationError
+
+EXIT_NOT_SIMULATED = 3
 
 
 class _ActivateAfterTorch(importlib.abc.MetaPathFinder):
@@ -24,9 +27,7 @@ class _ActivateAfterTorch(importlib.abc.MetaPathFinder):
 
         def exec_module(module: Any) -> None:
             run_torch(module)
-            import simgpu.cuda_sim
-
-            simgpu.cuda_sim.activate()
+            activate_or_exit()
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
@@ -43,11 +44,26 @@ def _one_line_for_simulation_errors(original: Any) -> Any:
     return excepthook
 
 
-def install_import_hook() -> None:
-    if "torch" in sys.modules:
+def activate_or_exit() -> None:
+    """Simulate GPUs in this process, or stop it with one line: a program that runs without the
+    simulation it was launched under would report results from no GPU at all."""
+    try:
         import simgpu.cuda_sim
 
         simgpu.cuda_sim.activate()
+    except Exception as exc:  # noqa: BLE001 - any failure to simulate ends the process
+        import torch
+
+        message = str(exc) if isinstance(exc, SimulationError) else \
+            f"simgpu: the GPU simulation could not start on torch {torch.__version__}: {type(exc).__name__}: {exc}"
+        sys.stderr.write(f"simgpu run: {message}\n")
+        sys.stderr.flush()
+        os._exit(EXIT_NOT_SIMULATED)
+
+
+def install_import_hook() -> None:
+    if "torch" in sys.modules:
+        activate_or_exit()
     elif not any(isinstance(f, _ActivateAfterTorch) for f in sys.meta_path):
         sys.meta_path.insert(0, _ActivateAfterTorch())
     sys.excepthook = _one_line_for_simulation_errors(sys.excepthook)

@@ -185,7 +185,7 @@ def place(t: torch.Tensor, index: int | None) -> torch.Tensor:
         raise SimulationError(f"simgpu: a storage on cuda:{old} cannot be relabelled cuda:{index}")
     setattr(storage, LABEL, index)
     if index is not None:
-        _account(storage, index)
+        account(storage, index)
         mark_initialized() if not _initialized else None
     return t
 
@@ -201,12 +201,13 @@ def adopt(t: torch.Tensor, index: int) -> torch.Tensor:
         raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
                            f"cuda:{index} and cuda:{old}!")
     setattr(storage, LABEL, index)
-    _account(storage, index)
+    account(storage, index)
     mark_initialized() if not _initialized else None
     return t
 
 
-def _account(storage: Any, index: int) -> None:
+def account(storage: Any, index: int) -> None:
+    """Count a storage now living on simulated GPU `index` until it is freed."""
     t = table()
     nbytes = storage.nbytes()
     t.allocated[index] += nbytes
