@@ -7,6 +7,7 @@ AdamW trains the DTensor parameters. Every rank sees the same batch.
 import os
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
@@ -32,7 +33,6 @@ def main():
     device_type = torch.accelerator.current_accelerator().type
     tp_mesh = init_device_mesh(device_type, (world_size,))
     rank = tp_mesh.get_rank()
-    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
 
     torch.manual_seed(0)  # the same initial weights on every rank
     model = MLP().to(device_type)
@@ -61,6 +61,8 @@ def main():
     total = sum(p.full_tensor().sum() for p in tp_model.parameters())
     if rank == 0:
         print(f"final {total.item():.8e}", flush=True)
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -240,36 +240,74 @@ def stream(s: Stream | None) -> Iterator[None]:
         yield
 
 
-# ---- random numbers: one generator per simulated device, seeded as CUDA's are ----
-_generators: dict[int, torch.Generator] = {}
+# ---- random numbers: one generator per simulated device, with CUDA's (seed, offset) state ----
+class DeviceGenerator:
+    """A simulated GPU's random stream, shaped like CUDA's Philox generator: its state is 16 bytes,
+    a seed and an offset, and a draw of n numbers is a function of (seed, offset) that moves the
+    offset on by n rounded up to 4. DTensor's random ops set that offset to give each shard its own
+    numbers, so the state must be this one. The numbers themselves are a CPU generator's, seeded
+    from (seed, offset): the same on every run, not CUDA's."""
+
+    def __init__(self) -> None:
+        self.seed = CUDA_DEFAULT_SEED
+        self.offset = 0
+
+    def draw(self) -> torch.Generator:
+        """The CPU generator for the next draw (advance() moves past it)."""
+        return torch.Generator().manual_seed((self.seed * 0x9E3779B97F4A7C15 + self.offset) % 2**63)
+
+    def advance(self, count: int) -> None:
+        self.offset += (count + 3) // 4 * 4
+
+    def get_state(self) -> torch.Tensor:
+        signed_seed = self.seed - 2**64 if self.seed >= 2**63 else self.seed
+        return torch.tensor([signed_seed, self.offset], dtype=torch.int64).view(torch.uint8)
+
+    def run(self, call: Any) -> Any:
+        """Run `call(generator)` as one draw: outputs' numbers come from this stream's next offset."""
+        out = call(self.draw())
+        self.advance(sum(t.numel() for t in (out if isinstance(out, (list, tuple)) else [out])
+                         if isinstance(t, torch.Tensor)))
+        return out
+
+    def set_state(self, state: torch.Tensor) -> None:
+        if state.dtype != torch.uint8 or state.numel() != 16:
+            raise RuntimeError(f"RNG state must be a torch.ByteTensor of 16 bytes (seed, offset) for a CUDA "
+                               f"generator (simgpu: got {state.dtype} with {state.numel()} elements)")
+        seed, offset = state.cpu().view(torch.int64).tolist()
+        self.seed, self.offset = seed % 2**64, offset
 
 
-def generator(index: int) -> torch.Generator:
+_generators: dict[int, DeviceGenerator] = {}
+
+
+def generator(index: int) -> DeviceGenerator:
     if index not in _generators:
-        _generators[index] = torch.Generator().manual_seed(CUDA_DEFAULT_SEED)
+        _generators[index] = DeviceGenerator()
     return _generators[index]
 
 
 def manual_seed(seed: int) -> None:
-    generator(devices.current()).manual_seed(int(seed))
+    g = generator(devices.current())
+    g.seed, g.offset = int(seed) % 2**64, 0
 
 
 def manual_seed_all(seed: int) -> None:
     for index in range(devices.count()):
-        generator(index).manual_seed(int(seed))
+        g = generator(index)
+        g.seed, g.offset = int(seed) % 2**64, 0
 
 
 def seed() -> None:
-    generator(devices.current()).seed()
+    manual_seed(torch.Generator().seed())
 
 
 def seed_all() -> None:
-    for index in range(devices.count()):
-        generator(index).seed()
+    manual_seed_all(torch.Generator().seed())
 
 
 def initial_seed() -> int:
-    return generator(devices.current()).initial_seed()
+    return generator(devices.current()).seed
 
 
 def get_rng_state(device: Any = "cuda") -> torch.Tensor:

@@ -132,8 +132,12 @@ _SPECIAL: dict[Any, Callable[[Callable, tuple, dict], Any]] = {
 class PlacementMode(TorchDispatchMode):
     """See the module docstring."""
 
+    supports_higher_order_operators = True
+
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return _higher_order(func, args, kwargs)
         if types and any(getattr(t, "__torch_dispatch__", _NO_DISPATCH) is not _NO_DISPATCH for t in types):
             if _infra_mode_active():  # tracing (FakeTensor, proxies, functionalization): not ours to place
                 return func(*args, **kwargs)
@@ -158,8 +162,22 @@ class PlacementMode(TorchDispatchMode):
         if packet in _RANDOM_INPLACE and kwargs.get("generator") is None and _takes_generator(func):
             from simgpu.cuda_sim import api
 
-            kwargs = {**kwargs, "generator": api.generator(target)}
+            return label(api.generator(target).run(lambda g: func(*args, **{**kwargs, "generator": g})), target)
         return label(func(*args, **kwargs), target)
+
+
+_HOP_KEYS = [getattr(torch._C.DispatchKey, name) for name in ("CUDA", "CompositeExplicitAutograd", "CPU", "BackendSelect")]
+
+
+def _higher_order(func: Any, args: tuple, kwargs: dict) -> Any:
+    """A higher-order operator (DTensor's random ops, checkpoint tags, control flow): run its GPU (or
+    generic) implementation with placement still on, so the aten ops inside it are placed."""
+    for key in _HOP_KEYS:
+        if key in func.py_kernels:
+            with PlacementMode():
+                return func.dispatch(key, *args, **kwargs)
+    raise NotImplementedError(f"simgpu: the higher-order operator {func.name()} has no implementation the "
+                              f"simulated GPUs can run")
 
 
 _INFRA_MODES = tuple(getattr(torch._C._TorchDispatchModeKey, name) for name in ("FAKE", "PROXY", "FUNCTIONAL")

@@ -254,10 +254,11 @@ class SimCudaMode(TorchFunctionMode):
         kwargs = {**kwargs, "device": "cpu"}
         if target == _HOST:
             return func(*args, **kwargs)
-        if func in _RANDOM and kwargs.get("generator") is None:
-            kwargs["generator"] = api.generator(target)  # each GPU has its own random stream
         with suspended():
-            out = func(*args, **kwargs)
+            if func in _RANDOM and kwargs.get("generator") is None:  # each GPU has its own random stream
+                out = api.generator(target).run(lambda g: func(*args, **kwargs, generator=g))
+            else:
+                out = func(*args, **kwargs)
         return placement.label(out, target)
 
 
