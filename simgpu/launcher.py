@@ -55,6 +55,9 @@ def command_line(target: str | None, module: str | None, args: list[str]) -> lis
         raise SystemExit("simgpu run: name a script, -m module, or a command to run")
     if target.endswith(".py") or Path(target).is_file() and not os.access(target, os.X_OK):
         return [sys.executable, target, *args]
+    beside_python = Path(sys.executable).parent / target
+    if os.sep not in target and shutil.which(target) is None and beside_python.is_file():
+        return [str(beside_python), *args]  # torchrun of this environment, not activated on PATH
     return [target, *args]
 
 

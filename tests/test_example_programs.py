@@ -212,3 +212,476 @@ def ref_model_parallel():
 @gpus(2, 4)
 def test_model_parallel(n):
     check(run_program(n, "model_parallel"), ref_model_parallel())
+
+
+# -- 4. fsdp2, fsdp2_mesh ------------------------------------------------------------------------
+
+VOCAB, TDIM, HEADS, SEQ = 64, 32, 4, 8
+
+
+class TBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(TDIM)
+        self.attn = nn.MultiheadAttention(TDIM, HEADS, batch_first=True)
+        self.ln2 = nn.LayerNorm(TDIM)
+        self.mlp = nn.Sequential(nn.Linear(TDIM, 4 * TDIM), nn.GELU(), nn.Linear(4 * TDIM, TDIM))
+
+    def forward(self, x):
+        h = self.ln1(x)
+        mask = torch.triu(torch.ones(x.size(1), x.size(1), dtype=torch.bool), 1)
+        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok = nn.Embedding(VOCAB, TDIM)
+        self.pos = nn.Parameter(torch.randn(SEQ, TDIM) * 0.02)
+        self.layers = nn.ModuleList(TBlock() for _ in range(2))
+        self.norm = nn.LayerNorm(TDIM)
+        self.out = nn.Linear(TDIM, VOCAB)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos
+        for layer in self.layers:
+            x = layer(x)
+        return self.out(self.norm(x))
+
+
+def ref_fsdp2():
+    torch.manual_seed(0)
+    model = Transformer()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    g = torch.Generator().manual_seed(11)
+    losses = []
+    for _ in range(4):
+        tokens = torch.randint(0, VOCAB, (8, SEQ + 1), generator=g)
+        logits = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, param_sum(model)
+
+
+@gpus(2, 4)
+def test_fsdp2(n):
+    check(run_program(n, "fsdp2", torchrun=True), ref_fsdp2())
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.up = nn.Linear(dim, 2 * dim)
+        self.down = nn.Linear(2 * dim, dim)
+
+    def forward(self, x):
+        return x + self.down(F.silu(self.up(self.norm(x))))
+
+
+class ResidualModel(nn.Module):
+    def __init__(self, dim=24, depth=3):
+        super().__init__()
+        self.inp = nn.Linear(6, dim)
+        self.blocks = nn.ModuleList(ResidualBlock(dim) for _ in range(depth))
+        self.head = nn.Linear(dim, 2)
+
+    def forward(self, x):
+        x = self.inp(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def ref_fsdp2_mesh():
+    torch.manual_seed(0)
+    model = ResidualModel()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)
+    g = torch.Generator().manual_seed(21)
+    x_all, y_all = torch.randn(5, 32, 6, generator=g), torch.randn(5, 32, 2, generator=g)
+    losses = []
+    for step in range(5):
+        opt.zero_grad()
+        loss = F.mse_loss(model(x_all[step]), y_all[step])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+        opt.step()
+        losses.append(loss.item())
+    return losses, param_sum(model)
+
+
+@gpus(2, 4)
+def test_fsdp2_mesh(n):
+    check(run_program(n, "fsdp2_mesh", torchrun=True), ref_fsdp2_mesh())
+
+
+# -- 5. fsdp1, hsdp ------------------------------------------------------------------------------
+
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 4, 3, 1)
+        self.conv2 = nn.Conv2d(4, 8, 3, 1)
+        self.fc1 = nn.Linear(8 * 4 * 4, 64)
+        self.fc2 = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = torch.flatten(x, 1)
+        x = F.relu(self.fc1(x))
+        return F.log_softmax(self.fc2(x), dim=1)
+
+
+def ref_fsdp1(world_size):
+    """Each rank's loss is a sum over its samples and FSDP averages the gradients over ranks, so
+    the gradient is that of (sum over the global batch) / world_size: the only place the world
+    size enters (Adam is almost invariant to it, up to eps). The logged loss is the global mean."""
+    torch.manual_seed(0)
+    model = ConvNet()
+    opt = torch.optim.Adam(model.parameters(), lr=2e-3)
+    g = torch.Generator().manual_seed(8)
+    losses = []
+    for _ in range(4):
+        data = torch.randn(16, 1, 12, 12, generator=g)
+        target = torch.randint(0, 10, (16,), generator=g)
+        opt.zero_grad()
+        loss = F.nll_loss(model(data), target, reduction="sum")
+        (loss / world_size).backward()
+        opt.step()
+        losses.append(loss.item() / 16)
+    return losses, param_sum(model)
+
+
+@gpus(2, 4)
+def test_fsdp1(n):
+    check(run_program(n, "fsdp1", torchrun=True), ref_fsdp1(n))
+
+
+class HLayer(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        return self.norm(x + torch.relu(self.fc(x)))
+
+
+class HModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(10, 32)
+        self.layers = nn.Sequential(*[HLayer(32) for _ in range(3)])
+        self.head = nn.Linear(32, 1)
+
+    def forward(self, x):
+        return self.head(self.layers(self.embed(x))).squeeze(-1)
+
+
+def ref_hsdp():
+    torch.manual_seed(0)
+    model = HModel()
+    opt = torch.optim.Adam(model.parameters(), lr=5e-3)
+    g = torch.Generator().manual_seed(99)
+    w_true = torch.randn(10, generator=g)
+    losses = []
+    for _ in range(4):
+        x = torch.randn(16, 10, generator=g)
+        y = x @ w_true + 0.1 * torch.randn(16, generator=g)
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, param_sum(model)
+
+
+@gpus(4)
+def test_hsdp(n):
+    check(run_program(n, "hsdp", torchrun=True), ref_hsdp())
+
+
+# -- 6. tensor_parallel, sequence_parallel ---------------------------------------------------------
+
+def ref_tensor_parallel():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 16))
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(17)
+    losses = []
+    for _ in range(5):
+        inp, target = torch.randn(16, 16, generator=g), torch.randn(16, 16, generator=g)
+        loss = F.mse_loss(model(inp), target)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, param_sum(model)
+
+
+@gpus(2, 4)
+def test_tensor_parallel(n):
+    check(run_program(n, "tensor_parallel", torchrun=True), ref_tensor_parallel())
+
+
+class SPBlock(nn.Module):
+    def __init__(self, dim=16):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.in_proj = nn.Linear(dim, 4 * dim)
+        self.relu = nn.ReLU()
+        self.out_proj = nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        return x + self.out_proj(self.relu(self.in_proj(self.norm(x))))
+
+
+def ref_sequence_parallel():
+    torch.manual_seed(0)
+    model = SPBlock()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.02)
+    g = torch.Generator().manual_seed(2)
+    losses = []
+    for _ in range(4):
+        inp, target = torch.randn(4, 16, 16, generator=g), torch.randn(4, 16, 16, generator=g)
+        loss = F.mse_loss(model(inp), target)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, param_sum(model)
+
+
+@gpus(2, 4)
+def test_sequence_parallel(n):
+    check(run_program(n, "sequence_parallel", torchrun=True), ref_sequence_parallel())
+
+
+# -- 7. fsdp_tp ----------------------------------------------------------------------------------
+
+class FeedForward(nn.Module):
+    def __init__(self, dim=32):
+        super().__init__()
+        self.w1 = nn.Linear(dim, 4 * dim, bias=False)
+        self.w3 = nn.Linear(dim, 4 * dim, bias=False)
+        self.w2 = nn.Linear(4 * dim, dim, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class FFBlock(nn.Module):
+    def __init__(self, dim=32):
+        super().__init__()
+        self.norm = nn.RMSNorm(dim)
+        self.feed_forward = FeedForward(dim)
+
+    def forward(self, x):
+        return x + self.feed_forward(self.norm(x))
+
+
+class FFModel(nn.Module):
+    def __init__(self, dim=32):
+        super().__init__()
+        self.inp = nn.Linear(10, dim)
+        self.layers = nn.ModuleList(FFBlock(dim) for _ in range(2))
+        self.out = nn.Linear(dim, 3)
+
+    def forward(self, x):
+        h = self.inp(x)
+        for layer in self.layers:
+            h = layer(h)
+        return self.out(h)
+
+
+def ref_fsdp_tp():
+    torch.manual_seed(0)
+    model = FFModel()
+    opt = torch.optim.AdamW(model.parameters(), lr=5e-3)
+    g = torch.Generator().manual_seed(4)
+    losses = []
+    for _ in range(4):
+        x, y = torch.randn(16, 10, generator=g), torch.randint(0, 3, (16,), generator=g)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, param_sum(model)
+
+
+@gpus(4)
+def test_fsdp_tp(n):
+    check(run_program(n, "fsdp_tp", torchrun=True), ref_fsdp_tp())
+
+
+# -- 8. dcp_checkpoint ---------------------------------------------------------------------------
+
+class TanhModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 32), nn.Linear(32, 32), nn.Linear(32, 32)])
+        self.head = nn.Linear(32, 1)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return self.head(x).squeeze(-1)
+
+
+def ref_dcp_checkpoint():
+    """The save / load round trip is the identity: 3 + 2 steps of plain training."""
+    torch.manual_seed(0)
+    model = TanhModel()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(31)
+    losses = []
+    for _ in range(5):
+        x = torch.randn(16, 8, generator=g)
+        loss = F.mse_loss(model(x), x.sum(-1).sin())
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, param_sum(model)
+
+
+@gpus(2, 4)
+def test_dcp_checkpoint(n, tmp_path):
+    check(run_program(n, "dcp_checkpoint", str(tmp_path / "ckpt"), torchrun=True), ref_dcp_checkpoint())
+
+
+# -- 9. pipeline ---------------------------------------------------------------------------------
+
+class PipeModel(nn.Module):
+    def __init__(self, dim=16):
+        super().__init__()
+        self.embed = nn.Linear(6, dim)
+        self.layers = nn.ModuleDict({str(i): nn.Sequential(nn.Linear(dim, dim), nn.Tanh()) for i in range(4)})
+        self.head = nn.Linear(dim, 2)
+
+    def forward(self, x):
+        h = self.embed(x)
+        for layer in self.layers.values():
+            h = layer(h)
+        return self.head(h)
+
+
+def ref_pipeline():
+    """GPipe over 4 equal microbatches: the mean of the microbatch losses is the batch's mean
+    loss, and the schedule scales the accumulated gradients by 1/4 (scale_grads)."""
+    torch.manual_seed(0)
+    model = PipeModel()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
+    g = torch.Generator().manual_seed(6)
+    losses = []
+    for _ in range(4):
+        x, y = torch.randn(16, 6, generator=g), torch.randn(16, 2, generator=g)
+        opt.zero_grad()
+        mb_losses = [F.mse_loss(model(xm), ym) for xm, ym in zip(x.chunk(4), y.chunk(4))]
+        (sum(mb_losses) / 4).backward()
+        opt.step()
+        losses.append(torch.stack(mb_losses).mean().item())
+    return losses, param_sum(model)
+
+
+@gpus(2, 4)
+def test_pipeline(n):
+    check(run_program(n, "pipeline", torchrun=True), ref_pipeline())
+
+
+# -- 10. funcol ----------------------------------------------------------------------------------
+
+def ref_funcol():
+    """reduce_scatter (sum) / world_size of the flat gradient, momentum SGD on each shard, all_gather
+    of the shards: torch.optim.SGD(momentum=0.9) on the global batch's mean loss."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(12, 40), nn.ReLU(), nn.Linear(40, 40), nn.ReLU(), nn.Linear(40, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator().manual_seed(77)
+    losses = []
+    for _ in range(5):
+        x = torch.randn(16, 12, generator=g)
+        y = (x[:, :3].sum(-1, keepdim=True) > 0).float()
+        opt.zero_grad()
+        loss = F.binary_cross_entropy_with_logits(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, param_sum(model)
+
+
+@gpus(2, 4)
+def test_funcol(n):
+    check(run_program(n, "funcol", torchrun=True), ref_funcol())
+
+
+# -- 11. compile_ddp -----------------------------------------------------------------------------
+
+class CModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(10, 32)
+        self.fc2 = nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+def ref_compile_ddp():
+    torch.manual_seed(0)
+    model = CModel()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(9)
+    losses = []
+    for _ in range(3):
+        x, y = torch.randn(16, 10, generator=g), torch.randn(16, 4, generator=g)
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, param_sum(model)
+
+
+@gpus(2, 4)
+def test_compile_ddp(n):
+    check(run_program(n, "compile_ddp", torchrun=True), ref_compile_ddp())
+
+
+# -- 12. amp_ddp ---------------------------------------------------------------------------------
+
+AMP_RTOL, AMP_ATOL = 2e-3, 1e-3
+
+
+def ref_amp_ddp():
+    """What a GPU computes: matmuls in float16 under autocast (the CPU's autocast gives the same
+    casts), the loss scaled by GradScaler. A float16 forward agrees with float32 to about 1e-3
+    relative (measured: 4e-5 on these numbers), hence AMP_RTOL: the simulator keeps float32 (autocast("cuda") does not cast on CPU
+    tensors, docs/simgpu-run.md), and a GPU's float16 kernels round differently from the CPU's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    scaler = torch.amp.GradScaler("cpu")
+    g = torch.Generator().manual_seed(13)
+    losses = []
+    for _ in range(4):
+        x, y = torch.randn(32, 16, generator=g), torch.randint(0, 8, (32,), generator=g)
+        opt.zero_grad()
+        with torch.autocast(device_type="cpu", dtype=torch.float16):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        losses.append(loss.float().item())
+    return losses, param_sum(model)
+
+
+@gpus(2, 4)
+def test_amp_ddp(n):
+    check(run_program(n, "amp_ddp", torchrun=True), ref_amp_ddp(), rtol=AMP_RTOL, atol=AMP_ATOL)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import threading
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -206,18 +205,28 @@ def adopt(t: torch.Tensor, index: int) -> torch.Tensor:
     return t
 
 
+class _Allocation:
+    """Held by a storage on a simulated GPU: counts its bytes there until the storage is freed
+    (cheaper than a weakref.finalize, and every op's result makes one)."""
+
+    __slots__ = ("index", "nbytes")
+
+    def __init__(self, index: int, nbytes: int):
+        self.index, self.nbytes = index, nbytes
+
+    def __del__(self) -> None:
+        if _table is not None and self.index < len(_table.allocated):
+            _table.allocated[self.index] -= self.nbytes
+
+
 def account(storage: Any, index: int) -> None:
     """Count a storage now living on simulated GPU `index` until it is freed."""
     t = table()
     nbytes = storage.nbytes()
     t.allocated[index] += nbytes
-    t.peak[index] = max(t.peak[index], t.allocated[index])
-    weakref.finalize(storage, _release, index, nbytes)
-
-
-def _release(index: int, nbytes: int) -> None:
-    if _table is not None and index < len(_table.allocated):
-        _table.allocated[index] -= nbytes
+    if t.allocated[index] > t.peak[index]:
+        t.peak[index] = t.allocated[index]
+    storage._simgpu_allocation = _Allocation(index, nbytes)
 
 
 def memory_allocated(index: int) -> int:

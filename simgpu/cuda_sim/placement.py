@@ -134,6 +134,10 @@ class PlacementMode(TorchDispatchMode):
 
     supports_higher_order_operators = True
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # no torch._disable_dynamo wrapper around every op: placement never compiles
+
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if isinstance(func, torch._ops.HigherOrderOperator):
@@ -196,12 +200,9 @@ def _takes_generator(func: Any) -> bool:
     return cached
 
 
-_mode = PlacementMode()
-
-
 def enter() -> None:
     """Make the calling thread place every op's results (the autograd engine inherits it)."""
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
     if not any(isinstance(m, PlacementMode) for m in _get_current_dispatch_mode_stack()):
-        _mode.__enter__()
+        PlacementMode().__enter__()  # one per thread: a mode keeps per-entry state
