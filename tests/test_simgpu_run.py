@@ -48,7 +48,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("script,gpus", [("devices_semantics.py", 3), ("child_inherits.py", 3)])
+@pytest.mark.parametrize("script,gpus", [("devices_semantics.py", 3), ("child_inherits.py", 3), ("checkpoints.py", 2),
+                                         ("rng_state.py", 2), ("autograd_placement.py", 2)])
 def test_cuda_semantics(script: str, gpus: int) -> None:
     done = simgpu_run(gpus, str(SCRIPTS / script))
     assert done.returncode == 0, done.stdout + done.stderr
@@ -102,3 +103,34 @@ def test_exit_status_and_missing_program() -> None:
     assert done.returncode != 0 and "simgpu run: no such program: no-such-program-xyz" in done.stderr
     bad = simgpu_run(0, "x.py")
     assert bad.returncode != 0 and "--gpus must be at least 1, got 0" in bad.stderr
+
+
+def test_a_process_whose_simulation_cannot_start_stops_in_one_line() -> None:
+    """Never a program that runs on no GPU at all while it was launched on simulated ones."""
+    from simgpu.launcher import BOOT_DIR
+
+    env = {**os.environ, "SIMGPU_GPUS": "two", "PYTHONPATH": os.pathsep.join([str(BOOT_DIR), str(ROOT)])}
+    done = subprocess.run([sys.executable, "-c", "import torch; print('ran unsimulated')"], capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert done.returncode == 3 and "ran unsimulated" not in done.stdout
+    assert done.stderr.strip() == ("simgpu run: simgpu: SIMGPU_GPUS='two': the number of simulated GPUs must be "
+                                   "a positive integer")
+
+
+@pytest.mark.parametrize("version,supported", [("2.4.1", True), ("2.13.0+cpu", True), ("2.15.0", True),
+                                               ("2.15.0a0+git1234", True), ("2.3.1", False), ("2.16.0", False),
+                                               ("1.13.1+cu117", False)])
+def test_the_simulation_names_the_torch_versions_it_is_built_for(version: str, supported: bool,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+
+    from simgpu import launcher
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: version)
+    if supported:
+        launcher.check_installed_torch()
+    else:
+        with pytest.raises(SystemExit) as stop:
+            launcher.check_installed_torch()
+        assert str(stop.value) == (f"simgpu run: simgpu: torch {version} is not supported by the GPU simulation "
+                                   "(supported: 2.4 to 2.15)")

@@ -14,6 +14,7 @@ import traceback
 
 import torch
 
+STREAM = os.environ.get("PROBE_STREAM") == "1"
 RESULTS = {}   # step name -> "OK" / "OK (detail)" / "Type: msg"
 ORDER = []
 
@@ -30,14 +31,20 @@ def record(name, fn):
     """Run fn(); record OK (or OK + returned detail string) or the exception."""
     if name not in ORDER:
         ORDER.append(name)
+    if STREAM:
+        print(f"START {name}", flush=True)
     try:
         detail = fn()
         RESULTS[name] = "OK" if detail is None else f"OK ({detail})"
+        if STREAM:
+            print(f"DONE {name} |=| {RESULTS[name]}", flush=True)
         return True
     except BaseException as e:  # noqa: BLE001 - probes record everything
         if isinstance(e, KeyboardInterrupt):
             raise
         RESULTS[name] = _fmt_exc(e)
+        if STREAM:
+            print(f"DONE {name} |=| {RESULTS[name]}", flush=True)
         if os.environ.get("PROBE_TRACE"):
             traceback.print_exc()
         return False
@@ -337,3 +344,42 @@ def finish(candidate):
         print(f"{k:58s} | {RESULTS[k]}")
     print("JSON " + json.dumps({"candidate": candidate, "torch": torch.__version__,
                                "shim": SHIM, "results": {k: RESULTS[k] for k in ORDER}}))
+
+
+def run_parts_in_subprocesses(script, parts, candidate):
+    """Run each part of `script` in a child process (PROBE_PART=<part>), so a
+    C++ abort (std::terminate) in one step is recorded instead of killing the
+    probe. Merges the children's results into RESULTS and prints the table."""
+    import subprocess
+    for part in parts:
+        env = dict(os.environ, PROBE_PART=part, PROBE_STREAM="1")
+        p = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True)
+        started = None
+        got = None
+        for line in p.stdout.splitlines():
+            if line.startswith("START "):
+                started = line[6:]
+            if line.startswith("JSON "):
+                got = json.loads(line[5:])
+        if got is not None:
+            for k, v in got["results"].items():
+                if k not in ORDER:
+                    ORDER.append(k)
+                RESULTS[k] = v
+        else:
+            what = [ln.strip() for ln in p.stderr.splitlines() if "what():" in ln]
+            msg = what[0].replace("what():", "").strip() if what else (p.stderr.strip().splitlines() or ["?"])[-1]
+            sig = f"signal {-p.returncode}" if p.returncode < 0 else f"rc {p.returncode}"
+            # steps that completed before the crash were streamed? re-run is too slow; mark the crashing step
+            name = started or part
+            if name not in ORDER:
+                ORDER.append(name)
+            RESULTS[name] = f"PROCESS ABORTED ({sig}): {msg[:150]}"
+            # collect streamed results of earlier steps in this part
+            for line in p.stdout.splitlines():
+                if line.startswith("DONE "):
+                    k, v = line[5:].split(" |=| ", 1)
+                    if k not in ORDER:
+                        ORDER.insert(ORDER.index(name), k)
+                    RESULTS[k] = v
+    finish(candidate)

@@ -15,10 +15,15 @@ Needed Python-level patches (recorded as separate steps):
   * Tensor.to("cpu") / .cpu() of a labelled tensor: C++ sees device cpu ==
     cpu and returns self (no aten op), so the label would stick.
 
-The mode returns NotImplemented when a tensor subclass (DTensor) is among the
-arguments, so the subclass's own __torch_dispatch__ runs with the mode still
-active; PROBE_B_NO_SUBCLASS_DEFER=1 turns that off (then DTensor local shards
-are computed with the mode popped and come out unlabelled).
+By default (like any TorchDispatchMode) the mode is popped while its handler
+runs, so when it forwards an op on a DTensor, DTensor's __torch_dispatch__
+computes the local shards with no mode active: they come out unlabelled (cpu).
+Variant PROBE_B_DEFER_TO_SUBCLASSES=1: when a tensor subclass is among the
+arguments the mode re-pushes itself and calls the subclass's
+__torch_dispatch__ directly, hoping the local ops get labelled -- measured:
+RecursionError in steps 4b/5a on 2.13 (DTensor re-dispatches on DTensors). (Returning
+NotImplemented instead, FakeTensorMode's pattern, fails here: "Multiple
+dispatch failed ... all __torch_dispatch__ handlers returned NotImplemented".)
 
 Run: /work/main/.venv/bin/python benchmarks/cuda_sim_probes/probe_dispatch_mode.py
      /work/venv214/bin/python    benchmarks/cuda_sim_probes/probe_dispatch_mode.py
@@ -64,7 +69,7 @@ def _is_cuda(self):
 torch.Tensor.device = property(_device)
 torch.Tensor.is_cuda = property(_is_cuda)
 
-RESPECT_SUBCLASSES = os.environ.get("PROBE_B_NO_SUBCLASS_DEFER") != "1"
+RESPECT_SUBCLASSES = os.environ.get("PROBE_B_DEFER_TO_SUBCLASSES") == "1"
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _DEVICE_OPS_TO_CPU = {torch.ops.aten._to_copy.default}
 
@@ -74,8 +79,11 @@ class SimCudaDispatchMode(TorchDispatchMode):
         # Let tensor subclasses (DTensor, FSDP2's params) run their own
         # __torch_dispatch__ first, with this mode still active, so the plain
         # local ops they issue are labelled too (FakeTensorMode does the same).
-        if RESPECT_SUBCLASSES and any(t not in _PLAIN for t in types):
-            return NotImplemented
+        if RESPECT_SUBCLASSES:
+            subs = [t for t in types if t not in _PLAIN]
+            if subs:
+                with self:  # re-push: the subclass's inner (local) ops get labelled
+                    return subs[0].__torch_dispatch__(func, types, args, kwargs)
         kwargs = kwargs or {}
         target = None
         d = kwargs.get("device")
@@ -179,7 +187,7 @@ def main():
     C.run_standard_steps(lambda: MODE)
     C.time_ratio(lambda: MODE)
     C.finish("B: TorchDispatchMode + storage label" +
-             ("" if RESPECT_SUBCLASSES else " (mode does NOT defer to subclasses)"))
+             (" (variant: mode defers to subclasses)" if RESPECT_SUBCLASSES else ""))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,9 @@ def activate(gpus: int | None = None) -> None:
     import torch
 
     check_torch_version(torch.__version__)
+    text = os.environ.get(GPUS_ENV, "")
+    if not text.isdigit() or int(text) < 1:
+        raise SimulationError(f"simgpu: {GPUS_ENV}={text!r}: the number of simulated GPUs must be a positive integer")
     from simgpu.cuda_sim import api, comm, distributed, serialization, tensors
 
     api.install()

@@ -86,6 +86,12 @@ def label(out: Any, index: int, inputs: list[torch.Tensor] | None = None) -> Any
     return out
 
 
+def pairs_lists(name: str) -> bool:
+    """Ops over tensor lists that pair them element by element (foreach, fused optimizers): torch's
+    C++ groups tensors by their (host) device, so one call may hold several simulated GPUs."""
+    return name.startswith(("_foreach_", "_fused_", "_amp_foreach_"))
+
+
 def _foreach(func: Callable, args: tuple, kwargs: dict) -> Any:
     """foreach ops pair their tensor lists element by element: each element keeps its own GPU."""
     lists = [a for a in args if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)]
@@ -152,13 +158,14 @@ class PlacementMode(TorchDispatchMode):
         special = _SPECIAL.get(packet)
         if special is not None:
             return special(func, args, kwargs)
-        if packet.__name__.startswith("_foreach_"):
+        if pairs_lists(packet.__name__):
             return _foreach(func, args, kwargs)
         target = _resolve_device(kwargs.get("device"))
-        if target is None:
+        if target is None or target == _HOST:
+            # device=cpu below Python is C++ passing a simulated tensor's own (host) options on, as in
+            # autograd's `grad.to(self.options())`: the result stays with the inputs. The program's
+            # own host requests (.cpu(), device="cpu") are settled in tensors.py before reaching here.
             target = gpu_of(_tensors(args, kwargs))
-        elif target == _HOST:
-            return func(*args, **kwargs)
         else:
             kwargs = {**kwargs, "device": _CPU}
         if target is None:

@@ -249,11 +249,13 @@ class SimCudaMode(TorchFunctionMode):
             return _parse_to_for_module(args, kwargs)
         target = _target(kwargs["device"]) if "device" in kwargs else None
         if target is None:
-            common_device(_flat_tensors(args, kwargs))
+            if not placement.pairs_lists(getattr(func, "__name__", "")):
+                common_device(_flat_tensors(args, kwargs))
             return func(*args, **kwargs)
         kwargs = {**kwargs, "device": "cpu"}
         if target == _HOST:
-            return func(*args, **kwargs)
+            with suspended():  # a host result, whatever the inputs' devices
+                return func(*args, **kwargs)
         with suspended():
             if func in _RANDOM and kwargs.get("generator") is None:  # each GPU has its own random stream
                 out = api.generator(target).run(lambda g: func(*args, **kwargs, generator=g))

@@ -1,0 +1,56 @@
+"""Run under `simgpu run --gpus 2`: tensors made by torch's C++ and by code the autograd engine runs
+(hooks, custom Functions' backward, optimizers) live on the right simulated GPU."""
+import torch
+
+made_in_hook = []
+w = torch.randn(4, 4, device="cuda:1", requires_grad=True)
+w.register_hook(lambda g: made_in_hook.append((g.device, torch.zeros(2, device=g.device).device, (g * 2).device)))
+
+
+class Twice(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        made_in_hook.append(("Function.backward", g.device, torch.ones_like(g).device))
+        return g * 2
+
+
+Twice.apply(w).sum().backward()
+assert made_in_hook == [("Function.backward", torch.device("cuda:1"), torch.device("cuda:1")),
+                        (torch.device("cuda:1"),) * 3], made_in_hook
+assert w.grad.device == torch.device("cuda:1") and w.grad.is_cuda
+
+# a transfer's gradient travels back to the source device, as CUDA's _to_copy backward
+a = torch.ones(3, device="cuda:0", requires_grad=True)
+(a.to("cuda:1") * torch.arange(3.0, device="cuda:1")).sum().backward()
+assert a.grad.device == torch.device("cuda:0") and a.grad.tolist() == [0.0, 1.0, 2.0]
+b = torch.ones(3, device="cuda:0", requires_grad=True)
+(b.to("cuda:1", torch.float64) * 2).sum().backward()
+assert b.grad.device == torch.device("cuda:0") and b.grad.dtype == torch.float32
+
+# optimizers' state (made in C++ foreach kernels and in Python) lives with the parameters
+for opt_cls, kwargs in [(torch.optim.Adam, {}), (torch.optim.AdamW, {"foreach": True}), (torch.optim.SGD, {"momentum": 0.9}),
+                        (torch.optim.Adam, {"fused": True})]:
+    layers = [torch.nn.Linear(3, 3).to("cuda:0"), torch.nn.Linear(3, 3).to("cuda:1")]
+    opt = opt_cls([p for layer in layers for p in layer.parameters()], **kwargs)
+    out = layers[1](layers[0](torch.ones(2, 3, device="cuda:0")).to("cuda:1")).sum()
+    out.backward()
+    opt.step()
+    for layer, index in zip(layers, (0, 1)):
+        for p in layer.parameters():
+            assert p.device == torch.device("cuda", index)
+            for value in opt.state[p].values():
+                if torch.is_tensor(value) and value.dim() > 0:
+                    assert value.device == p.device, (opt_cls, kwargs, value.device, p.device)
+
+# torch.Size stays torch.Size; integer devices mean CUDA devices
+t = torch.zeros(2, 3, device=1)
+assert type(t.size()) is torch.Size and type(t.shape) is torch.Size and t.get_device() == 1
+m = torch.nn.Linear(2, 2).to(1)
+assert m.weight.device == torch.device("cuda:1") and torch.ones(1).to(0).device == torch.device("cuda:0")
+assert torch.accelerator.current_accelerator(check_available=True) == torch.device("cuda") \
+    if hasattr(torch, "accelerator") and hasattr(torch.accelerator, "current_accelerator") else True
+print("OK autograd_placement")
