@@ -212,14 +212,16 @@ def _collective(op: str) -> Callable:
 class SimProcessGroup(dist.ProcessGroup):
     """A process group that behaves like ProcessGroupNCCL on CPU ranks (see the module docstring)."""
 
-    def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta):
+    def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta,
+                 devices: Sequence[str] | None = None):
         super().__init__(rank, size)
         self._gloo = _make_gloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
         self._strict = StrictChecker(store, rank, size, label=self._label)
         self._pairs = PairRendezvous(store, rank, label=self._label, global_rank=self._global_rank)
         self._local = threading.local()  # .checked: the current call has passed the strict check
-        # what torch asks of a group's devices (_device_types, object collectives, DCP, DTensor)
-        for device in ("cpu", "cuda") if _gpus_simulated() else ("cpu",):
+        # the device types the group serves, as torch asks them (_device_types, object collectives, DCP,
+        # DTensor): an NCCL group's are ("cuda",); default: the host, and simulated GPUs where there are some
+        for device in devices or (("cpu", "cuda") if _gpus_simulated() else ("cpu",)):
             self._register_backend(torch.device(device), dist.ProcessGroup.BackendType.CUSTOM, self._gloo)
 
     def _get_backend(self, device: Any) -> Any:

@@ -8,9 +8,10 @@ plain-PyTorch equivalent: data parallelism over a global batch split across rank
 the global batch with the mean loss; FSDP / TP / SP / pipelining are the unsharded model. The
 global batch is fixed, so the reference does not depend on the number of GPUs.
 
-The 2-GPU cases run by default. The 4-GPU cases, and the programs that need a 2-D mesh of
-4 GPUs, are marked `four_gpus`: they run only with SIMGPU_EXAMPLES_FULL=1 (select them with
-`-k gpus4`).
+By default every program runs once, on 2 GPUs, or on 4 where it needs a 2-D mesh (hsdp,
+fsdp_tp): about 4 minutes on 2 cores. The 4-GPU reruns of the 2-GPU programs are marked
+`four_gpus` and run only with SIMGPU_EXAMPLES_FULL=1 (about 4 minutes more; `-k gpus4` selects
+the 4-GPU cases).
 """
 from __future__ import annotations
 
@@ -33,13 +34,15 @@ TIMEOUT = 300
 RTOL, ATOL = 1e-4, 1e-5
 
 FULL = os.environ.get("SIMGPU_EXAMPLES_FULL") == "1"
-four_gpus = pytest.mark.skipif(not FULL, reason="4-GPU case: set SIMGPU_EXAMPLES_FULL=1")
+four_gpus = pytest.mark.skipif(not FULL, reason="4-GPU rerun of a 2-GPU case: set SIMGPU_EXAMPLES_FULL=1")
 
 
 def gpus(*counts: int) -> pytest.MarkDecorator:
-    """parametrize over GPU counts, ids gpus2 / gpus4; counts above 2 are marked four_gpus."""
+    """parametrize over GPU counts, ids gpus2 / gpus4. Where the program also runs on 2 GPUs, its
+    4-GPU case is marked four_gpus (skipped unless SIMGPU_EXAMPLES_FULL=1); a program that needs
+    4 GPUs (a 2-D mesh) always runs."""
     return pytest.mark.parametrize(
-        "n", [pytest.param(n, id=f"gpus{n}", marks=[four_gpus] if n > 2 else []) for n in counts])
+        "n", [pytest.param(n, id=f"gpus{n}", marks=[four_gpus] if n > min(counts) else []) for n in counts])
 
 
 # -- running a program -------------------------------------------------------------------------
@@ -58,6 +61,18 @@ def simgpu_run(n: int, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT, env=env)
 
 
+def decisive(stderr: str, keep: int = 30) -> str:
+    """The end of the first failing rank's traceback (torchrun prefixes each worker's lines with
+    [rankN]:), else the end of stderr."""
+    lines = stderr.splitlines()
+    for line in lines:
+        m = re.match(r"(\[rank\d+\]:) (\w+(\.\w+)*(Error|Exception)\b.*)", line)
+        if m:
+            own = [l for l in lines if l.startswith(m[1])]
+            return "\n".join(own[-keep:])
+    return "\n".join(lines[-keep:])
+
+
 def run_program(n: int, name: str, *args: str, torchrun: bool = False) -> tuple[list[float], float]:
     script = str(PROGRAMS / f"{name}.py")
     if torchrun:
@@ -65,7 +80,9 @@ def run_program(n: int, name: str, *args: str, torchrun: bool = False) -> tuple[
                           script, *args)
     else:
         done = simgpu_run(n, script, *args)
-    assert done.returncode == 0, f"{name} on {n} GPUs exited {done.returncode}\n{done.stdout}\n{done.stderr[-6000:]}"
+    if done.returncode != 0:
+        pytest.fail(f"{name} on {n} GPUs exited {done.returncode}\nstdout:\n{done.stdout}\n"
+                    f"stderr (decisive part):\n{decisive(done.stderr)}", pytrace=False)
     losses = {int(m[1]): float(m[2]) for m in re.finditer(r"^step (\d+) loss (\S+)$", done.stdout, re.M)}
     finals = re.findall(r"^final (\S+)$", done.stdout, re.M)
     assert losses and len(finals) == 1, done.stdout
@@ -80,6 +97,16 @@ def check(got: tuple[list[float], float], want: tuple[list[float], float],
     for i, (a, b) in enumerate(zip(losses, ref_losses)):
         assert math.isclose(a, b, rel_tol=rtol, abs_tol=atol), f"step {i}: loss {a} != reference {b}"
     assert math.isclose(final, ref_final, rel_tol=rtol, abs_tol=atol), f"final {final} != reference {ref_final}"
+
+
+def reference(fn):
+    """A reference computation seeds torch's global generator: fork it, so that the pytest
+    process's random state is left as it was."""
+    def wrapped(*args):
+        with torch.random.fork_rng(devices=[]):
+            return fn(*args)
+    wrapped.__name__ = fn.__name__
+    return wrapped
 
 
 def param_sum(model: nn.Module) -> float:
@@ -99,6 +126,7 @@ class ToyModel(nn.Module):
         return self.net2(self.relu(self.net1(x)))
 
 
+@reference
 def ref_ddp_spawn():
     """DistributedSampler(shuffle, seed 7, epoch 0) gives rank r perm[r::ws]; step i's batches of
     16/ws on every rank together are perm[16i:16(i+1)]. The checkpoint round trip is the identity."""
@@ -137,6 +165,7 @@ class Net(nn.Module):
         return self.fc3(F.gelu(self.fc2(F.gelu(self.fc1(x)))))
 
 
+@reference
 def ref_ddp_torchrun():
     torch.manual_seed(0)
     model = Net()
@@ -172,6 +201,7 @@ class DPModel(nn.Module):
         return self.fc2(torch.tanh(self.bn(self.fc1(x))))
 
 
+@reference
 def ref_data_parallel():
     torch.manual_seed(0)
     model = DPModel()
@@ -193,6 +223,7 @@ def test_data_parallel(n):
     check(run_program(n, "data_parallel"), ref_data_parallel())
 
 
+@reference
 def ref_model_parallel():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 5))
@@ -250,6 +281,7 @@ class Transformer(nn.Module):
         return self.out(self.norm(x))
 
 
+@reference
 def ref_fsdp2():
     torch.manual_seed(0)
     model = Transformer()
@@ -297,6 +329,7 @@ class ResidualModel(nn.Module):
         return self.head(x)
 
 
+@reference
 def ref_fsdp2_mesh():
     torch.manual_seed(0)
     model = ResidualModel()
@@ -337,6 +370,7 @@ class ConvNet(nn.Module):
         return F.log_softmax(self.fc2(x), dim=1)
 
 
+@reference
 def ref_fsdp1(world_size):
     """Each rank's loss is a sum over its samples and FSDP averages the gradients over ranks, so
     the gradient is that of (sum over the global batch) / world_size: the only place the world
@@ -383,6 +417,7 @@ class HModel(nn.Module):
         return self.head(self.layers(self.embed(x))).squeeze(-1)
 
 
+@reference
 def ref_hsdp():
     torch.manual_seed(0)
     model = HModel()
@@ -408,6 +443,7 @@ def test_hsdp(n):
 
 # -- 6. tensor_parallel, sequence_parallel ---------------------------------------------------------
 
+@reference
 def ref_tensor_parallel():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 16))
@@ -441,6 +477,7 @@ class SPBlock(nn.Module):
         return x + self.out_proj(self.relu(self.in_proj(self.norm(x))))
 
 
+@reference
 def ref_sequence_parallel():
     torch.manual_seed(0)
     model = SPBlock()
@@ -499,6 +536,7 @@ class FFModel(nn.Module):
         return self.out(h)
 
 
+@reference
 def ref_fsdp_tp():
     torch.manual_seed(0)
     model = FFModel()
@@ -534,6 +572,7 @@ class TanhModel(nn.Module):
         return self.head(x).squeeze(-1)
 
 
+@reference
 def ref_dcp_checkpoint():
     """The save / load round trip is the identity: 3 + 2 steps of plain training."""
     torch.manual_seed(0)
@@ -572,6 +611,7 @@ class PipeModel(nn.Module):
         return self.head(h)
 
 
+@reference
 def ref_pipeline():
     """GPipe over 4 equal microbatches: the mean of the microbatch losses is the batch's mean
     loss, and the schedule scales the accumulated gradients by 1/4 (scale_grads)."""
@@ -597,6 +637,7 @@ def test_pipeline(n):
 
 # -- 10. funcol ----------------------------------------------------------------------------------
 
+@reference
 def ref_funcol():
     """reduce_scatter (sum) / world_size of the flat gradient, momentum SGD on each shard, all_gather
     of the shards: torch.optim.SGD(momentum=0.9) on the global batch's mean loss."""
@@ -633,6 +674,7 @@ class CModel(nn.Module):
         return self.fc2(F.gelu(self.fc1(x)))
 
 
+@reference
 def ref_compile_ddp():
     torch.manual_seed(0)
     model = CModel()
@@ -659,6 +701,7 @@ def test_compile_ddp(n):
 AMP_RTOL, AMP_ATOL = 2e-3, 1e-3
 
 
+@reference
 def ref_amp_ddp():
     """What a GPU computes: matmuls in float16 under autocast (the CPU's autocast gives the same
     casts), the loss scaled by GradScaler. A float16 forward agrees with float32 to about 1e-3

@@ -165,13 +165,28 @@ def resolve(device: Any) -> int | None:
     return None
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
 def device_of(t: torch.Tensor) -> int | None:
-    """The simulated GPU a tensor lives on, or None for host memory."""
+    """The simulated GPU a tensor lives on, or None for host memory.
+
+    A tensor subclass that wraps others (DTensor, AsyncCollectiveTensor, ...) lives where the first
+    tensor it wraps lives (its __tensor_flatten__ names them), as torch builds such wrappers."""
     try:
         storage = t.untyped_storage()
     except (RuntimeError, NotImplementedError):  # sparse, nested, meta wrappers: host semantics
         return None
-    return getattr(storage, LABEL, None)
+    index = getattr(storage, LABEL, None)
+    if index is None and type(t) not in _PLAIN and hasattr(t, "__tensor_flatten__"):
+        try:
+            names, _ = t.__tensor_flatten__()
+        except Exception:  # noqa: BLE001 - a subclass that cannot say what it wraps: host semantics
+            return None
+        inner = getattr(t, names[0], None) if names else None
+        if isinstance(inner, torch.Tensor) and inner is not t:
+            return device_of(inner)
+    return index
 
 
 def place(t: torch.Tensor, index: int | None) -> torch.Tensor:

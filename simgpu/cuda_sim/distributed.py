@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch.utils._pytree import tree_flatten
 
-from simgpu.backend import create_sim_process_group
+from simgpu.backend import SimProcessGroup
 from simgpu.cuda_sim import devices
 
 SIM_NCCL = "sim_nccl"          # "nccl": GPU tensors only, as NCCL
@@ -151,10 +151,14 @@ def _get_backend(original: Callable) -> Callable:
 _original_get_backend = dist.get_backend
 
 
+def _create(store: dist.Store, rank: int, size: int, timeout: Any, devices: tuple[str, ...]) -> SimProcessGroup:
+    return SimProcessGroup(store, rank, size, timeout, devices=devices)
+
+
 def install() -> None:
-    for name in (SIM_NCCL, SIM_NCCL_HOST):
+    for name, served in ((SIM_NCCL, ("cuda",)), (SIM_NCCL_HOST, ("cpu", "cuda"))):
         if name.upper() not in dist.Backend._plugins:
-            dist.Backend.register_backend(name, create_sim_process_group, devices=["cpu", "cuda"])
+            dist.Backend.register_backend(name, functools.partial(_create, devices=served), devices=["cpu", "cuda"])
     c10d = dist.distributed_c10d
     c10d._new_process_group_helper = _new_process_group_helper(c10d._new_process_group_helper)
     for name in TENSOR_COLLECTIVES:

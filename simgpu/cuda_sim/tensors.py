@@ -252,6 +252,9 @@ class SimCudaMode(TorchFunctionMode):
             if not placement.pairs_lists(getattr(func, "__name__", "")):
                 common_device(_flat_tensors(args, kwargs))
             return func(*args, **kwargs)
+        if target != _HOST and not all(type(t) in _PLAIN for t in _flat_tensors(args, kwargs)):
+            # a tensor subclass (DTensor) hands the call to its inner tensors: placement.py places them
+            return func(*args, **{**kwargs, "device": _cuda_device(target)})
         kwargs = {**kwargs, "device": "cpu"}
         if target == _HOST:
             with suspended():  # a host result, whatever the inputs' devices
