@@ -47,6 +47,17 @@ def is_suspended() -> bool:
     return getattr(_state, "suspended", 0) > 0
 
 
+class host_requested:
+    """The program asked for host results (`dtensor.to("cpu")`): device=cpu means the host here,
+    not C++ passing a simulated tensor's options on."""
+
+    def __enter__(self) -> None:
+        _state.host = getattr(_state, "host", 0) + 1
+
+    def __exit__(self, *exc: Any) -> None:
+        _state.host -= 1
+
+
 def mixed_devices(a: str, b: str) -> RuntimeError:
     return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}!")
 
@@ -161,6 +172,8 @@ class PlacementMode(TorchDispatchMode):
         if pairs_lists(packet.__name__):
             return _foreach(func, args, kwargs)
         target = _resolve_device(kwargs.get("device"))
+        if target == _HOST and getattr(_state, "host", 0):
+            return func(*args, **kwargs)
         if target is None or target == _HOST:
             # device=cpu below Python is C++ passing a simulated tensor's own (host) options on, as in
             # autograd's `grad.to(self.options())`: the result stays with the inputs. The program's

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from simgpu.cuda_sim import api, devices, placement
+from simgpu.cuda_sim import api, attention, devices, placement
 from simgpu.cuda_sim.placement import suspended  # noqa: F401  (the simulator's plumbing imports it from here)
 
 TensorBase = torch._C.TensorBase
@@ -152,7 +152,7 @@ def _parse_to(args: tuple, kwargs: dict) -> tuple[Any, dict]:
 
 def _to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     if not _plain(self):
-        return _original["to"](self, *args, **kwargs)
+        return _subclass_to(self, args, kwargs)
     target, kwargs = _parse_to(args, kwargs)
     index = devices.device_of(self) if target is None else (None if target == _HOST else target)
     kwargs.pop("non_blocking", None)
@@ -161,6 +161,21 @@ def _to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         kwargs.pop("copy", None)  # a transfer always copies
     converted = TensorBase.to(self, **kwargs) if kwargs else self  # dtype, copy=, memory_format, where it is
     return _transfer(converted, index)
+
+
+def _subclass_to(self: torch.Tensor, args: tuple, kwargs: dict) -> torch.Tensor:
+    """Tensor.to on a tensor subclass (DTensor): its own `to` runs on its inner tensors, with the
+    device spelled so a CPU build of torch takes it, and a host target meaning the host."""
+    target, kwargs = _parse_to(args, kwargs)
+    if target is None:
+        return _original["to"](self, **kwargs)
+    if target == _HOST:
+        with placement.host_requested():
+            return _original["to"](self, device="cpu", **{**kwargs, "copy": True}) if devices.device_of(self) is not None \
+                else _original["to"](self, device="cpu", **kwargs)
+    if target == devices.device_of(self) and not kwargs.get("copy"):
+        return _original["to"](self, **kwargs) if kwargs else self
+    return _original["to"](self, device=_cuda_device(target), **kwargs)
 
 
 def _type_as(self: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
@@ -247,6 +262,8 @@ class SimCudaMode(TorchFunctionMode):
             return func(*args, **kwargs)
         if func is torch._C._nn._parse_to:
             return _parse_to_for_module(args, kwargs)
+        if func is torch._C._nn.scaled_dot_product_attention:
+            return attention.sdpa(func, args, kwargs)
         target = _target(kwargs["device"]) if "device" in kwargs else None
         if target is None:
             if not placement.pairs_lists(getattr(func, "__name__", "")):
@@ -257,7 +274,7 @@ class SimCudaMode(TorchFunctionMode):
             return func(*args, **{**kwargs, "device": _cuda_device(target)})
         kwargs = {**kwargs, "device": "cpu"}
         if target == _HOST:
-            with suspended():  # a host result, whatever the inputs' devices
+            with placement.host_requested():  # a host result, whatever the inputs' devices
                 return func(*args, **kwargs)
         with suspended():
             if func in _RANDOM and kwargs.get("generator") is None:  # each GPU has its own random stream

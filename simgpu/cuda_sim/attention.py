@@ -1,0 +1,52 @@
+"""scaled_dot_product_attention on DTensors, as tensor-parallel programs call it.
+
+On a GPU, SDPA on DTensors dispatches to the flash or efficient CUDA kernels, for which DTensor
+has sharding rules; on the host torch picks its CPU flash kernel, for which DTensor has none
+("... _scaled_dot_product_flash_attention_for_cpu.default does not have a sharding strategy").
+Attention is independent per batch entry and per head, so when q, k and v are sharded alike on
+the batch or head dimension (or replicated), each rank's attention over its own shards is the
+answer: it is computed on the local tensors and wrapped back with the same placements
+(to_local / from_local carry the gradients). Any other layout goes to torch unchanged.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+_INDEPENDENT_DIMS = (0, 1)  # [batch, heads, sequence, embedding]: attention never mixes these
+
+
+def _dtensor_type() -> Any:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # torch < 2.5
+        from torch.distributed._tensor import DTensor
+    return DTensor
+
+
+def _shardable(placements: Any, ndim: int) -> bool:
+    for p in placements:
+        if p.is_replicate():
+            continue
+        if not p.is_shard() or p.dim % ndim not in _INDEPENDENT_DIMS:
+            return False
+    return True
+
+
+def sdpa(original: Callable, args: tuple, kwargs: dict) -> Any:
+    """torch.nn.functional.scaled_dot_product_attention, shard by shard where the inputs allow."""
+    query, key, value = (list(args) + [kwargs.get(n) for n in ("query", "key", "value")][len(args):])[:3]
+    dtensor = _dtensor_type()
+    if not all(isinstance(t, dtensor) for t in (query, key, value)):
+        return original(*args, **kwargs)
+    mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
+    placements = query.placements
+    if (key.placements != placements or value.placements != placements or query.device_mesh != key.device_mesh
+            or query.dim() != 4 or not _shardable(placements, 4) or isinstance(mask, dtensor)):
+        return original(*args, **kwargs)
+    local_args = [query.to_local(), key.to_local(), value.to_local(), *args[3:]]
+    out = original(*local_args, **{k: v for k, v in kwargs.items() if k not in ("query", "key", "value")})
+    shape = query.shape[:-1] + value.shape[-1:]
+    stride = torch.empty(shape, device="meta").stride()
+    return dtensor.from_local(out, query.device_mesh, placements, run_check=False, shape=shape, stride=stride)
