@@ -156,24 +156,26 @@ class PlacementMode(TorchDispatchMode):
         return False  # no torch._disable_dynamo wrapper around every op: placement never compiles
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        op = _OPS.get(func)
+        if op is None:
+            if isinstance(func, torch._ops.HigherOrderOperator):
+                return _higher_order(func, args, kwargs or {})
+            op = _OPS[func] = _Op(func)
         kwargs = kwargs or {}
-        if isinstance(func, torch._ops.HigherOrderOperator):
-            return _higher_order(func, args, kwargs)
         if types and any(getattr(t, "__torch_dispatch__", _NO_DISPATCH) is not _NO_DISPATCH for t in types):
             if _infra_mode_active():  # tracing (FakeTensor, proxies, functionalization): not ours to place
-                return func(*args, **kwargs)
-            return NotImplemented  # a tensor subclass (DTensor, ...) dispatches first; its local ops come back here  # a tensor subclass (DTensor, ...) dispatches first; its local ops come back here
-        if is_suspended():
-            return func(*args, **kwargs)
-        packet = func.overloadpacket
-        special = _SPECIAL.get(packet)
-        if special is not None:
-            return special(func, args, kwargs)
-        if pairs_lists(packet.__name__):
-            return _foreach(func, args, kwargs)
-        target = _resolve_device(kwargs.get("device"))
+                return op.run(*args, **kwargs)
+            return NotImplemented  # a tensor subclass (DTensor, ...) dispatches first; its local ops come back here
+        if getattr(_state, "suspended", 0):
+            return op.run(*args, **kwargs)
+        if op.special is not None:
+            return op.special(func, args, kwargs)
+        if op.pairs_lists:
+            return _foreach(op.run, args, kwargs)
+        device = kwargs.get("device") if op.has_device else None
+        target = None if device is None else _resolve_device(device)
         if target == _HOST and getattr(_state, "host", 0):
-            return func(*args, **kwargs)
+            return op.run(*args, **kwargs)
         if target is None or target == _HOST:
             # device=cpu below Python is C++ passing a simulated tensor's own (host) options on, as in
             # autograd's `grad.to(self.options())`: the result stays with the inputs. The program's
@@ -182,12 +184,30 @@ class PlacementMode(TorchDispatchMode):
         else:
             kwargs = {**kwargs, "device": _CPU}
         if target is None:
-            return func(*args, **kwargs)
-        if packet in _RANDOM_INPLACE and kwargs.get("generator") is None and _takes_generator(func):
+            return op.run(*args, **kwargs)
+        if op.random and kwargs.get("generator") is None:
             from simgpu.cuda_sim import api
 
-            return label(api.generator(target).run(lambda g: func(*args, **{**kwargs, "generator": g})), target)
-        return label(func(*args, **kwargs), target)
+            return label(api.generator(target).run(lambda g: op.run(*args, **{**kwargs, "generator": g})), target)
+        return label(op.run(*args, **kwargs), target)
+
+
+class _Op:
+    """What placement needs to know of an aten overload, worked out once."""
+
+    __slots__ = ("run", "special", "pairs_lists", "has_device", "random")
+
+    def __init__(self, func: Any):
+        packet = func.overloadpacket
+        arguments = {a.name for a in func._schema.arguments}
+        self.run = getattr(func, "_op", func)  # the C++ entry point, without OpOverload.__call__'s frame
+        self.special = _SPECIAL.get(packet)
+        self.pairs_lists = pairs_lists(packet.__name__)
+        self.has_device = "device" in arguments
+        self.random = packet in _RANDOM_INPLACE and "generator" in arguments
+
+
+_OPS: dict[Any, _Op] = {}
 
 
 _HOP_KEYS = [getattr(torch._C.DispatchKey, name) for name in ("CUDA", "CompositeExplicitAutograd", "CPU", "BackendSelect")]
@@ -210,14 +230,6 @@ _INFRA_MODES = tuple(getattr(torch._C._TorchDispatchModeKey, name) for name in (
 
 def _infra_mode_active() -> bool:
     return any(torch._C._get_dispatch_mode(key) is not None for key in _INFRA_MODES)
-
-
-def _takes_generator(func: Any) -> bool:
-    cached = getattr(func, "_simgpu_takes_generator", None)
-    if cached is None:
-        cached = any(a.name == "generator" for a in func._schema.arguments)
-        func._simgpu_takes_generator = cached
-    return cached
 
 
 def enter() -> None:

@@ -266,8 +266,9 @@ class SimCudaMode(TorchFunctionMode):
             return attention.sdpa(func, args, kwargs)
         target = _target(kwargs["device"]) if "device" in kwargs else None
         if target is None:
-            if not placement.pairs_lists(getattr(func, "__name__", "")):
-                common_device(_flat_tensors(args, kwargs))
+            tensors = _flat_tensors(args, kwargs)
+            if len(tensors) > 1 and not placement.pairs_lists(getattr(func, "__name__", "")):
+                common_device(tensors)  # one tensor cannot mix devices
             return func(*args, **kwargs)
         if target != _HOST and not all(type(t) in _PLAIN for t in _flat_tensors(args, kwargs)):
             # a tensor subclass (DTensor) hands the call to its inner tensors: placement.py places them
