@@ -1,0 +1,79 @@
+"""What `simgpu run` costs a training program: the same DDP or FSDP2 training step on CPU processes
+with plain gloo (no simulation) and on simulated GPUs, in one run, as a ratio.
+
+    python benchmarks/simgpu_overhead.py --ranks 2 4 --json benchmarks/results/simgpu-overhead-2core.json
+
+Each configuration alternates plain and simulated runs (--repeats times each, so a change of load on
+the machine hits both alike); a run's figure is the median time of its timed steps
+(benchmarks/programs/train_step.py: forward, backward, AdamW step); the ratio is simulated / plain.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PROGRAM = HERE / "programs" / "train_step.py"
+
+
+def _torchrun(ranks: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
+
+
+def run_once(wrap: str, ranks: int, simulated: bool, model: list[str]) -> float:
+    """The median step time (seconds) of one run of the training program."""
+    program = [str(PROGRAM), "--wrap", wrap, *model]
+    if simulated:
+        cmd = [sys.executable, "-m", "simgpu", "run", "--gpus", str(ranks), *_torchrun(ranks), *program]
+    else:
+        cmd = [*_torchrun(ranks), *program, "--device", "cpu", "--backend", "gloo"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise SystemExit(f"{' '.join(cmd)} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return statistics.median(json.loads(lines[-1])["step_seconds"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--wraps", nargs="+", default=["ddp", "fsdp2"], choices=["ddp", "fsdp2"])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--width", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--json", default=None, help="write the figures here")
+    args = parser.parse_args()
+    model = ["--width", str(args.width), "--layers", str(args.layers), "--batch", str(args.batch)]
+    rows = []
+    for wrap in args.wraps:
+        for ranks in args.ranks:
+            plain, simulated = [], []
+            for _ in range(args.repeats):
+                plain.append(run_once(wrap, ranks, False, model))
+                simulated.append(run_once(wrap, ranks, True, model))
+            row = {"wrap": wrap, "ranks": ranks, "plain_s": statistics.median(plain),
+                   "simulated_s": statistics.median(simulated), "plain_runs": plain, "simulated_runs": simulated}
+            row["ratio"] = row["simulated_s"] / row["plain_s"]
+            rows.append(row)
+            print(f"{wrap:6} {ranks} ranks: plain {row['plain_s'] * 1e3:8.1f} ms  simulated "
+                  f"{row['simulated_s'] * 1e3:8.1f} ms  ratio {row['ratio']:.2f}", flush=True)
+    if args.json:
+        import torch
+
+        meta = {"torch": torch.__version__, "python": platform.python_version(), "cpus": os.cpu_count(),
+                "model": {"width": args.width, "layers": args.layers, "batch": args.batch, "tokens_per_sample": 16},
+                "repeats": args.repeats, "command": " ".join(sys.argv)}
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
