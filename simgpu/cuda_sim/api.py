@@ -345,8 +345,39 @@ def mem_get_info(device: Any = None) -> tuple[int, int]:
     return total - memory_allocated(device), total
 
 
+def memory_stats(device: Any = None) -> dict[str, int]:
+    """The keys of CUDA's caching-allocator statistics programs read; nothing is cached here, so
+    reserved equals allocated."""
+    index = _index(device)
+    current, peak = devices.memory_allocated(index), devices.max_memory_allocated(index)
+    stats = {"num_alloc_retries": 0, "num_ooms": 0, "num_device_alloc": 0, "num_device_free": 0}
+    for kind in ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes"):
+        stats.update({f"{kind}.all.current": current, f"{kind}.all.peak": peak})
+    return stats
+
+
+def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    stats = memory_stats(device)
+    return (f"simgpu simulated GPU {_index(device)}: allocated {stats['allocated_bytes.all.current']} bytes, "
+            f"peak {stats['allocated_bytes.all.peak']} bytes (no caching allocator)")
+
+
+def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
+    _index(device)
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+
+
+def can_device_access_peer(device: Any, peer_device: Any) -> bool:
+    return _index(device) != _index(peer_device)  # one NVLink domain, as on an H200 box
+
+
 def empty_cache() -> None:
     pass
+
+
+def _nothing(*args: Any, **kwargs: Any) -> None:
+    return None
 
 
 def is_initialized() -> bool:
@@ -393,6 +424,11 @@ TORCH_CUDA = {
     "mem_get_info": mem_get_info, "empty_cache": empty_cache, "is_initialized": is_initialized, "init": init,
     "_lazy_init": _lazy_init, "is_bf16_supported": is_bf16_supported, "is_tf32_supported": is_tf32_supported,
     "get_arch_list": lambda: ["sm_90"], "is_current_stream_capturing": lambda: False,
+    "memory_stats": memory_stats, "memory_summary": memory_summary,
+    "set_per_process_memory_fraction": set_per_process_memory_fraction, "ipc_collect": _nothing,
+    "reset_max_memory_allocated": reset_peak_memory_stats, "reset_max_memory_cached": reset_peak_memory_stats,
+    "reset_accumulated_memory_stats": _nothing, "memory_cached": memory_allocated,
+    "max_memory_cached": max_memory_allocated, "can_device_access_peer": can_device_access_peer,
     "CUDAGraph": _unsupported("CUDA graphs (torch.cuda.CUDAGraph)"),
     "graph": _unsupported("CUDA graph capture (torch.cuda.graph)"),
     "make_graphed_callables": _unsupported("CUDA graphs (torch.cuda.make_graphed_callables)"),
@@ -433,12 +469,60 @@ class device_constructor(metaclass=_DeviceMeta):
         return _TorchDevice(*args, **kwargs)
 
 
+class _NvtxRanges:
+    """torch.cuda.nvtx without NVTX (the CPU build has none): ranges nest and unwind, nothing is recorded."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+
+    def range_push(self, msg: str) -> int:
+        self.depth += 1
+        return self.depth - 1
+
+    def range_pop(self) -> int:
+        self.depth = max(self.depth - 1, 0)
+        return self.depth
+
+    def range_start(self, msg: str) -> int:
+        return 0
+
+
+class Generator(torch.Generator):
+    """torch.Generator(device="cuda") as a CUDA build makes it: seeded and passed to ops on a
+    simulated GPU (its numbers are a CPU generator's)."""
+
+    def __new__(cls, device: Any = "cpu") -> Any:
+        index = devices.resolve(device) if device is not None else None
+        if index is None:
+            return torch._C.Generator(device)
+        generator = super().__new__(cls)
+        generator._simgpu_index = index
+        return generator
+
+    def __init__(self, device: Any = "cpu") -> None:
+        pass
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return torch.device("cuda", self._simgpu_index)
+
+
 def install() -> None:
     """Replace torch.cuda's and torch.accelerator's functions with the simulated ones."""
     import torch.cuda
+    import torch.cuda.memory
+    import torch.cuda.nvtx
 
     for name, value in TORCH_CUDA.items():
         setattr(torch.cuda, name, value)
+        if hasattr(torch.cuda.memory, name):  # its own functions call each other through this module
+            setattr(torch.cuda.memory, name, value)
+    ranges = _NvtxRanges()
+    for name in ("range_push", "range_pop", "range_start"):
+        setattr(torch.cuda.nvtx, name, getattr(ranges, name))
+    torch.cuda.nvtx.range_end = _nothing
+    torch.cuda.nvtx.mark = _nothing
+    torch.Generator = Generator  # type: ignore[misc]
     torch.cuda._initialized = True
     if hasattr(torch, "accelerator"):
         for name, value in TORCH_ACCELERATOR.items():
