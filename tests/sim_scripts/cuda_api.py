@@ -1,0 +1,38 @@
+"""Run under `simgpu run --gpus 2`: the torch.cuda calls training programs make around their model."""
+import torch
+from torch.utils.checkpoint import checkpoint
+
+with torch.cuda.nvtx.range("step"):
+    torch.cuda.nvtx.range_push("inner")
+    torch.cuda.nvtx.range_pop()
+stats = torch.cuda.memory_stats()
+big = torch.empty(1024, device="cuda")
+assert torch.cuda.memory_stats()["allocated_bytes.all.current"] == stats["allocated_bytes.all.current"] + 4096
+assert "simulated GPU 0" in torch.cuda.memory_summary()
+torch.cuda.set_per_process_memory_fraction(0.5)
+torch.cuda.reset_max_memory_allocated()
+assert torch.cuda.max_memory_allocated() == torch.cuda.memory_allocated()
+assert torch.cuda.can_device_access_peer(0, 1) and torch.cuda.is_bf16_supported()
+g = torch.Generator(device="cuda").manual_seed(5)
+assert g.device == torch.device("cuda:0") and isinstance(g, torch.Generator)
+a = torch.randn(3, device="cuda", generator=g)
+assert a.device == torch.device("cuda:0")
+assert torch.equal(torch.randn(3, device="cuda", generator=torch.Generator(device="cuda").manual_seed(5)).cpu(), a.cpu())
+assert torch.Generator().device == torch.device("cpu")
+
+# activation checkpointing saves and restores the GPU's random state around dropout
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 1)).cuda(1)
+x = torch.randn(4, 8, device="cuda:1", requires_grad=True)  # the reentrant variant needs an input that does
+torch.cuda.manual_seed_all(1)
+plain = model(x).sum()
+plain.backward()
+expected = [p.grad.clone() for p in model.parameters()]
+model.zero_grad()
+for reentrant in (False, True):
+    torch.cuda.manual_seed_all(1)
+    checkpoint(model, x, use_reentrant=reentrant).sum().backward()
+    for p, e in zip(model.parameters(), expected):
+        assert p.grad.device == torch.device("cuda:1") and torch.allclose(p.grad, e), reentrant
+    model.zero_grad()
+print("OK cuda_api")
