@@ -73,13 +73,16 @@ def decisive(stderr: str, keep: int = 30) -> str:
     return "\n".join(lines[-keep:])
 
 
-def run_program(n: int, name: str, *args: str, torchrun: bool = False) -> tuple[list[float], float]:
+def launch(n: int, name: str, *args: str, torchrun: bool = False) -> subprocess.CompletedProcess:
     script = str(PROGRAMS / f"{name}.py")
     if torchrun:
-        done = simgpu_run(n, "torchrun", "--nproc-per-node", str(n), "--master-port", str(free_port()),
+        return simgpu_run(n, "torchrun", "--nproc-per-node", str(n), "--master-port", str(free_port()),
                           script, *args)
-    else:
-        done = simgpu_run(n, script, *args)
+    return simgpu_run(n, script, *args)
+
+
+def parse(n: int, name: str, done: subprocess.CompletedProcess) -> tuple[list[float], float]:
+    """The step losses and the final value a program printed (it must have exited 0)."""
     if done.returncode != 0:
         pytest.fail(f"{name} on {n} GPUs exited {done.returncode}\nstdout:\n{done.stdout}\n"
                     f"stderr (decisive part):\n{decisive(done.stderr)}", pytrace=False)
@@ -88,6 +91,10 @@ def run_program(n: int, name: str, *args: str, torchrun: bool = False) -> tuple[
     assert losses and len(finals) == 1, done.stdout
     assert sorted(losses) == list(range(len(losses))), done.stdout
     return [losses[i] for i in range(len(losses))], float(finals[0])
+
+
+def run_program(n: int, name: str, *args: str, torchrun: bool = False) -> tuple[list[float], float]:
+    return parse(n, name, launch(n, name, *args, torchrun=torchrun))
 
 
 def check(got: tuple[list[float], float], want: tuple[list[float], float],
@@ -691,9 +698,18 @@ def ref_compile_ddp():
     return losses, param_sum(model)
 
 
+UNSUPPORTED = re.compile(r"simgpu: .*compile.* cannot run on simulated GPUs")
+
+
 @gpus(2, 4)
 def test_compile_ddp(n):
-    check(run_program(n, "compile_ddp", torchrun=True), ref_compile_ddp())
+    """torch.compile for CUDA is not simulated (docs/simgpu-run.md): the program either trains with
+    the reference's numbers (compiled for the CPU, or run eagerly) or stops with simgpu's one line
+    saying torch.compile cannot run on simulated GPUs."""
+    done = launch(n, "compile_ddp", torchrun=True)
+    if done.returncode != 0 and UNSUPPORTED.search(done.stderr):
+        return
+    check(parse(n, "compile_ddp", done), ref_compile_ddp())
 
 
 # -- 12. amp_ddp ---------------------------------------------------------------------------------

@@ -122,5 +122,6 @@ if __name__ == "__main__":
     n_gpus = torch.cuda.device_count()
     assert n_gpus >= 2, f"Requires at least 2 GPUs to run, but got {n_gpus}"
     port = int(sys.argv[1]) if len(sys.argv) > 1 else free_port()
-    ckpt_path = os.path.join(tempfile.mkdtemp(), "model.checkpoint")
-    mp.spawn(demo_checkpoint, args=(n_gpus, port, ckpt_path), nprocs=n_gpus, join=True)
+    ckpt_dir = tempfile.mkdtemp()
+    mp.spawn(demo_checkpoint, args=(n_gpus, port, os.path.join(ckpt_dir, "model.checkpoint")), nprocs=n_gpus, join=True)
+    os.rmdir(ckpt_dir)
