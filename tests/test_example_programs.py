@@ -8,10 +8,8 @@ plain-PyTorch equivalent: data parallelism over a global batch split across rank
 the global batch with the mean loss; FSDP / TP / SP / pipelining are the unsharded model. The
 global batch is fixed, so the reference does not depend on the number of GPUs.
 
-By default every program runs once, on 2 GPUs, or on 4 where it needs a 2-D mesh (hsdp,
-fsdp_tp): about 4 minutes on 2 cores. The 4-GPU reruns of the 2-GPU programs are marked
-`four_gpus` and run only with SIMGPU_EXAMPLES_FULL=1 (about 4 minutes more; `-k gpus4` selects
-the 4-GPU cases).
+Every program runs on 2 and 4 simulated GPUs; the two programs on a 2-D mesh (hsdp, fsdp_tp)
+on 4 and 8. `-k gpus2` selects one GPU count.
 """
 from __future__ import annotations
 
@@ -33,16 +31,9 @@ PROGRAMS = ROOT / "examples" / "programs"
 TIMEOUT = 300
 RTOL, ATOL = 1e-4, 1e-5
 
-FULL = os.environ.get("SIMGPU_EXAMPLES_FULL") == "1"
-four_gpus = pytest.mark.skipif(not FULL, reason="4-GPU rerun of a 2-GPU case: set SIMGPU_EXAMPLES_FULL=1")
-
-
 def gpus(*counts: int) -> pytest.MarkDecorator:
-    """parametrize over GPU counts, ids gpus2 / gpus4. Where the program also runs on 2 GPUs, its
-    4-GPU case is marked four_gpus (skipped unless SIMGPU_EXAMPLES_FULL=1); a program that needs
-    4 GPUs (a 2-D mesh) always runs."""
-    return pytest.mark.parametrize(
-        "n", [pytest.param(n, id=f"gpus{n}", marks=[four_gpus] if n > min(counts) else []) for n in counts])
+    """parametrize over GPU counts, ids gpus2 / gpus4 / gpus8."""
+    return pytest.mark.parametrize("n", [pytest.param(n, id=f"gpus{n}") for n in counts])
 
 
 # -- running a program -------------------------------------------------------------------------
@@ -443,7 +434,7 @@ def ref_hsdp():
     return losses, param_sum(model)
 
 
-@gpus(4)
+@gpus(4, 8)
 def test_hsdp(n):
     check(run_program(n, "hsdp", torchrun=True), ref_hsdp())
 
@@ -560,7 +551,7 @@ def ref_fsdp_tp():
     return losses, param_sum(model)
 
 
-@gpus(4)
+@gpus(4, 8)
 def test_fsdp_tp(n):
     check(run_program(n, "fsdp_tp", torchrun=True), ref_fsdp_tp())
 
