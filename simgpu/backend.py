@@ -26,6 +26,7 @@ async_op=True keeps working; results are only defined after wait(), as on NCCL.
 from __future__ import annotations
 
 import atexit
+import collections
 import functools
 import gc
 import threading
@@ -60,6 +61,12 @@ __all__ = ["BACKEND_NAME", "SimProcessGroup", "SimWork", "create_sim_process_gro
 
 
 # ----------------------------------------------------------------------------- work handles
+# torch 2.4's C++ side keeps a Python Work's C++ half alive but not its Python object: once that is
+# collected, a C++ caller's wait() (DDP's parameter check) finds no Python override and waits forever
+# on the base class. The most recent works are kept alive here (bounded).
+_RECENT_WORKS: collections.deque = collections.deque(maxlen=4096)
+
+
 class SimWork(dist.Work):
     """A gloo Work plus the step that makes its result NCCL's (run once, on wait or completion)."""
 
@@ -72,6 +79,7 @@ class SimWork(dist.Work):
         self._done = False
         self._error: BaseException | None = None
         self._lock = threading.Lock()
+        _RECENT_WORKS.append(self)
 
     def _complete(self) -> None:
         with self._lock:

@@ -118,7 +118,18 @@ def synchronize(device: Any = None) -> None:
     _index(device)  # validates; host execution is already complete
 
 
-class Event:
+def _event_base() -> type:
+    """torch 2.4's dynamo requires torch.cuda.Event to derive from its abstract _EventBase."""
+    try:
+        from torch._streambase import _EventBase
+    except ImportError:
+        return object
+    import abc
+
+    return _EventBase if abc.ABC in _EventBase.__mro__ else object
+
+
+class Event(_event_base()):  # type: ignore[misc]
     """A CUDA event on a CPU: recording happens in order, so it is complete when recorded."""
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
@@ -148,7 +159,18 @@ class Event:
         return (end_event.recorded_at - self.recorded_at) * 1000.0
 
 
-class Stream(torch.Stream):
+def _stream_bases() -> tuple[type, ...]:
+    """torch.Stream, and on torch 2.4 the abstract _StreamBase its dynamo requires of torch.cuda.Stream."""
+    try:
+        from torch._streambase import _StreamBase
+    except ImportError:
+        return (torch.Stream,)
+    import abc
+
+    return (torch.Stream, _StreamBase) if abc.ABC in _StreamBase.__mro__ else (torch.Stream,)
+
+
+class Stream(*_stream_bases()):  # type: ignore[misc]
     """A stream of a simulated GPU. Work on a CPU runs in issue order, so waits are immediate;
     `with stream:` still makes the stream's device current, as on CUDA."""
 

@@ -153,7 +153,9 @@ class PlacementMode(TorchDispatchMode):
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
-        return False  # no torch._disable_dynamo wrapper around every op: placement never compiles
+        # No torch._disable_dynamo wrapper around every op (it costs more than the placement itself):
+        # hide_from_dynamo() puts it back once the program calls torch.compile.
+        return False
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         op = _OPS.get(func)
@@ -210,6 +212,15 @@ class _Op:
 _OPS: dict[Any, _Op] = {}
 
 
+def hide_from_dynamo() -> None:
+    """Keep torch.compile from tracing the placement handler itself (torch's default for modes)."""
+    handler = PlacementMode.__dict__["__torch_dispatch__"]
+    if not getattr(handler, "_simgpu_hidden", False):
+        hidden = torch._disable_dynamo(handler, recursive=True)
+        hidden._simgpu_hidden = True
+        PlacementMode.__torch_dispatch__ = hidden
+
+
 _HOP_KEYS = [getattr(torch._C.DispatchKey, name) for name in ("CUDA", "CompositeExplicitAutograd", "CPU", "BackendSelect")]
 
 
@@ -237,4 +248,5 @@ def enter() -> None:
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
     if not any(isinstance(m, PlacementMode) for m in _get_current_dispatch_mode_stack()):
-        PlacementMode().__enter__()  # one per thread: a mode keeps per-entry state
+        _state.mode = PlacementMode()  # one per thread (a mode keeps per-entry state), kept alive here:
+        _state.mode.__enter__()        # torch 2.4's mode stack does not hold its own reference

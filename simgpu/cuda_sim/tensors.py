@@ -317,14 +317,15 @@ def _parse_to_for_module(args: tuple, kwargs: dict) -> tuple:
 
 
 # ---- threads ------------------------------------------------------------------------------------
-_function_mode = SimCudaMode()
+_thread_modes = threading.local()
 
 
 def enter_mode() -> None:
     """Make the calling thread see simulated devices."""
     placement.enter()
     if not any(isinstance(m, SimCudaMode) for m in torch.overrides._get_current_function_mode_stack()):
-        SimCudaMode().__enter__()
+        _thread_modes.function_mode = SimCudaMode()  # kept alive: see placement.enter
+        _thread_modes.function_mode.__enter__()
 
 
 def _thread_bootstrap(original: Callable) -> Callable:
@@ -333,6 +334,16 @@ def _thread_bootstrap(original: Callable) -> Callable:
         original(self)
 
     return bootstrap_inner
+
+
+def _compile(original: Callable) -> Callable:
+    def compile(*args: Any, **kwargs: Any) -> Any:  # noqa: A001 - torch's name
+        placement.hide_from_dynamo()
+        return original(*args, **kwargs)
+
+    compile.__doc__ = original.__doc__
+    compile.__wrapped__ = original  # type: ignore[attr-defined]
+    return compile
 
 
 def install() -> None:
@@ -349,4 +360,5 @@ def install() -> None:
     torch.Tensor.is_cpu = property(lambda t: devices.device_of(t) is None and TensorBase.is_cpu.__get__(t))
     torch.Tensor.get_device = lambda t: -1 if devices.device_of(t) is None else devices.device_of(t)
     threading.Thread._bootstrap_inner = _thread_bootstrap(threading.Thread._bootstrap_inner)
+    torch.compile = _compile(torch.compile)
     enter_mode()
