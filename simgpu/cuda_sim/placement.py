@@ -153,8 +153,8 @@ class PlacementMode(TorchDispatchMode):
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
-        # No torch._disable_dynamo wrapper around every op (it costs more than the placement itself):
-        # hide_from_dynamo() puts it back once the program calls torch.compile.
+        # No torch._disable_dynamo wrapper around every op (it costs more than the placement itself);
+        # dynamo never runs under simulation (tensors.py: torch.compile runs eagerly).
         return False
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -210,15 +210,6 @@ class _Op:
 
 
 _OPS: dict[Any, _Op] = {}
-
-
-def hide_from_dynamo() -> None:
-    """Keep torch.compile from tracing the placement handler itself (torch's default for modes)."""
-    handler = PlacementMode.__dict__["__torch_dispatch__"]
-    if not getattr(handler, "_simgpu_hidden", False):
-        hidden = torch._disable_dynamo(handler, recursive=True)
-        hidden._simgpu_hidden = True
-        PlacementMode.__torch_dispatch__ = hidden
 
 
 _HOP_KEYS = [getattr(torch._C.DispatchKey, name) for name in ("CUDA", "CompositeExplicitAutograd", "CPU", "BackendSelect")]

@@ -16,6 +16,7 @@ how nn.DataParallel drives its replicas); the autograd engine inherits the dispa
 """
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any, Callable
 
@@ -337,8 +338,15 @@ def _thread_bootstrap(original: Callable) -> Callable:
 
 
 def _compile(original: Callable) -> Callable:
+    """torch.compile under simulation runs the program eagerly, and says so once: its kernels would
+    target CUDA or Triton, and dynamo cannot trace through the simulation's Python (on torch 2.4 it
+    fails outright). The compiled object keeps its type and attributes (OptimizedModule, _orig_mod)."""
     def compile(*args: Any, **kwargs: Any) -> Any:  # noqa: A001 - torch's name
-        placement.hide_from_dynamo()
+        import torch._dynamo
+
+        if not torch._dynamo.config.disable:
+            torch._dynamo.config.disable = True
+            sys.stderr.write("simgpu: torch.compile runs eagerly on simulated GPUs (no CUDA/Triton kernels here)\n")
         return original(*args, **kwargs)
 
     compile.__doc__ = original.__doc__
