@@ -31,6 +31,38 @@ PROGRAMS = ROOT / "examples" / "programs"
 TIMEOUT = 300
 RTOL, ATOL = 1e-4, 1e-5
 
+def _has(feature: str) -> bool:
+    """"module:attribute" exists in the installed torch (a program needs it as written)."""
+    import importlib
+
+    module, _, attribute = feature.partition(":")
+    try:
+        found = importlib.import_module(module)
+    except ImportError:
+        return False
+    return not attribute or hasattr(found, attribute)
+
+
+def _pipeline_stage_infers_shapes() -> bool:
+    """torch >= 2.5: PipelineStage(module, stage_index, num_stages, device) infers its inputs."""
+    import inspect
+
+    try:
+        from torch.distributed.pipelining import PipelineStage
+    except ImportError:
+        return False
+    argument = inspect.signature(PipelineStage).parameters.get("input_args")
+    return argument is None or argument.default is not inspect.Parameter.empty
+
+
+def needs(*features: str) -> pytest.MarkDecorator:
+    """Run only where the installed torch has what the program uses ("where the torch feature
+    exists"); elsewhere skip, naming what is missing."""
+    missing = [f for f in features if not (_pipeline_stage_infers_shapes() if f == "pipelining-shape-inference"
+                                           else _has(f))]
+    return pytest.mark.skipif(bool(missing), reason=f"torch {torch.__version__} has no {', '.join(missing)}")
+
+
 def gpus(*counts: int) -> pytest.MarkDecorator:
     """parametrize over GPU counts, ids gpus2 / gpus4 / gpus8."""
     return pytest.mark.parametrize("n", [pytest.param(n, id=f"gpus{n}") for n in counts])
@@ -298,6 +330,7 @@ def ref_fsdp2():
 
 
 @gpus(2, 4)
+@needs("torch.distributed.fsdp:fully_shard", "torch.distributed.tensor:DTensor")
 def test_fsdp2(n):
     check(run_program(n, "fsdp2", torchrun=True), ref_fsdp2())
 
@@ -346,6 +379,7 @@ def ref_fsdp2_mesh():
 
 
 @gpus(2, 4)
+@needs("torch.distributed.fsdp:fully_shard")
 def test_fsdp2_mesh(n):
     check(run_program(n, "fsdp2_mesh", torchrun=True), ref_fsdp2_mesh())
 
@@ -459,6 +493,7 @@ def ref_tensor_parallel():
 
 
 @gpus(2, 4)
+@needs("torch:accelerator")
 def test_tensor_parallel(n):
     check(run_program(n, "tensor_parallel", torchrun=True), ref_tensor_parallel())
 
@@ -493,6 +528,7 @@ def ref_sequence_parallel():
 
 
 @gpus(2, 4)
+@needs("torch.distributed.tensor:Shard")
 def test_sequence_parallel(n):
     check(run_program(n, "sequence_parallel", torchrun=True), ref_sequence_parallel())
 
@@ -552,6 +588,7 @@ def ref_fsdp_tp():
 
 
 @gpus(4, 8)
+@needs("torch.distributed.fsdp:fully_shard")
 def test_fsdp_tp(n):
     check(run_program(n, "fsdp_tp", torchrun=True), ref_fsdp_tp())
 
@@ -589,6 +626,7 @@ def ref_dcp_checkpoint():
 
 
 @gpus(2, 4)
+@needs("torch.distributed.fsdp:fully_shard", "torch.distributed.checkpoint.state_dict:get_state_dict")
 def test_dcp_checkpoint(n, tmp_path):
     check(run_program(n, "dcp_checkpoint", str(tmp_path / "ckpt"), torchrun=True), ref_dcp_checkpoint())
 
@@ -629,6 +667,7 @@ def ref_pipeline():
 
 
 @gpus(2, 4)
+@needs("pipelining-shape-inference")
 def test_pipeline(n):
     check(run_program(n, "pipeline", torchrun=True), ref_pipeline())
 
