@@ -221,12 +221,13 @@ class SimProcessGroup(dist.ProcessGroup):
     """A process group that behaves like ProcessGroupNCCL on CPU ranks (see the module docstring)."""
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta,
-                 devices: Sequence[str] | None = None):
+                 devices: Sequence[str] | None = None, strict_timeout: float | None = None):
         super().__init__(rank, size)
         self._gloo = _make_gloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
-        self._strict = StrictChecker(store, rank, size, label=self._label)
+        self._strict = StrictChecker(store, rank, size, label=self._label, default_timeout=strict_timeout)
         self._pairs = PairRendezvous(store, rank, label=self._label, global_rank=self._global_rank)
         self._local = threading.local()  # .checked: the current call has passed the strict check
+        self._loopback: dict[int, collections.deque] = {}  # messages this rank sent to itself, by tag
         # the device types the group serves, as torch asks them (_device_types, object collectives, DCP,
         # DTensor): an NCCL group's are ("cuda",); default: the host, and simulated GPUs where there are some
         for device in devices or (("cpu", "cuda") if _gpus_simulated() else ("cpu",)):
@@ -733,6 +734,9 @@ class SimProcessGroup(dist.ProcessGroup):
         rules.check_p2p_dense(t, self._ctx("send", "tensor"))
         rules.check_dtype(t, self._ctx("send", "tensor"))
         rules.warn_p2p_layout(t)
+        if dst == self.rank():  # NCCL sends to itself within a group; gloo has no pair for that
+            self._loopback.setdefault(tag, collections.deque()).append(t.detach().clone())
+            return SimWork(None, [t])
         self._pairs.first_contact(dst, "send")
         work = SimWork(self._gloo.send([_raw_bytes(t.contiguous())], dst, tag), [t])
         if comm_log.ACTIVE is not False:
@@ -744,6 +748,8 @@ class SimProcessGroup(dist.ProcessGroup):
         rules.check_p2p_dense(t, self._ctx("recv", "tensor"))
         rules.check_dtype(t, self._ctx("recv", "tensor"))
         rules.warn_p2p_layout(t)
+        if src == self.rank():
+            return SimWork(None, [t], lambda: self._receive_own(t, tag))
         self._pairs.first_contact(src, "recv")
         target = _contiguous(t)
 
@@ -754,6 +760,18 @@ class SimProcessGroup(dist.ProcessGroup):
         if comm_log.ACTIVE is not False:
             comm_log.record("recv", 2, (tensors,))
         return work
+
+    def _receive_own(self, t: Tensor, tag: int) -> None:
+        """A recv from this rank itself, completed by the send the same batch posted (in either order)."""
+        queue = self._loopback.get(tag)
+        if not queue:
+            raise RuntimeError(f"simgpu: rank {self.rank()} waited for a recv from itself (tag {tag}) that no send "
+                               f"to itself matches (on NCCL: a hang)")
+        message = queue.popleft()
+        if message.shape != t.shape or message.dtype != t.dtype:
+            raise RuntimeError(f"simgpu: rank {self.rank()} sent {message.dtype}{list(message.shape)} to itself but "
+                               f"receives into {t.dtype}{list(t.shape)}")
+        t.copy_(message)
 
     def recv_anysource(self, tensors: list[Tensor], tag: int = 0) -> SimWork:
         raise NotImplementedError("ProcessGroupNCCL does not support recvAnysource"

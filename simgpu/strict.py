@@ -76,13 +76,13 @@ def set_timeout(seconds: float | None) -> None:
     _timeout_override = None if seconds is None else float(seconds)
 
 
-def get_timeout() -> float:
+def get_timeout(default: float | None = None) -> float:
     """The deadline for the other ranks to arrive, read on every call so tests can change it."""
     if _timeout_override is not None:
         return _timeout_override
     value = os.environ.get("SIMGPU_STRICT_TIMEOUT")
     if not value:
-        return DEFAULT_TIMEOUT
+        return DEFAULT_TIMEOUT if default is None else default
     try:
         seconds = float(value)
     except ValueError:
@@ -151,8 +151,10 @@ class StrictChecker:
     """Per-group sequence of strict checks over the group's (already prefixed) store."""
 
     def __init__(self, store: dist.Store, rank: int, size: int,
-                 label: Callable[[], str] = lambda: "the process group"):
-        """label() names the group in messages (called only when one is raised)."""
+                 label: Callable[[], str] = lambda: "the process group", default_timeout: float | None = None):
+        """label() names the group in messages (called only when one is raised); default_timeout
+        replaces the 30 s default (SIMGPU_STRICT_TIMEOUT and set_timeout() still win)."""
+        self.default_timeout = default_timeout
         self.store = store
         self.rank = rank
         self.size = size
@@ -181,10 +183,14 @@ class StrictChecker:
         mine = self._post(call)
         seq = mine["seq"]
         keys = [self._key(seq, r) for r in range(self.size)]
-        timeout = get_timeout()
+        timeout = get_timeout(self.default_timeout)
         try:
             self.store.wait(keys, timedelta(seconds=timeout))
         except dist.DistStoreError:
+            self._timed_out(mine, timeout)
+        except RuntimeError as exc:  # a FileStore times out with a plain RuntimeError
+            if "timeout" not in str(exc).lower():
+                raise
             self._timed_out(mine, timeout)
         self._forget_before(seq)
         calls = [json.loads(v) for v in self.store.multi_get(keys)]

@@ -152,7 +152,24 @@ _original_get_backend = dist.get_backend
 
 
 def _create(store: dist.Store, rank: int, size: int, timeout: Any, devices: tuple[str, ...]) -> SimProcessGroup:
-    return SimProcessGroup(store, rank, size, timeout, devices=devices)
+    """A program's NCCL group. A rank that never arrives is reported after the group's own timeout
+    (torch's default for NCCL: 10 minutes), as NCCL's watchdog would: a program in which one rank
+    evaluates or saves while the others wait at a barrier is correct, however slow the CPU."""
+    return SimProcessGroup(store, rank, size, timeout, devices=devices, strict_timeout=timeout.total_seconds())
+
+
+def _bucket_buffer(original: Callable) -> Callable:
+    def buffer(bucket: Any) -> torch.Tensor:
+        """DDP's reducer makes its buckets in C++ from the (host) options of its parameters: a comm
+        hook (PowerSGD, fp16 compression) sees them on their parameters' GPU, as on CUDA."""
+        flat = original(bucket)
+        parameters = bucket.parameters()
+        index = devices.device_of(parameters[0]) if parameters else None
+        if index is not None and devices.device_of(flat) is None:
+            devices.adopt(flat, index)
+        return flat
+
+    return buffer
 
 
 def install() -> None:
@@ -174,3 +191,4 @@ def install() -> None:
     dist.get_backend = _get_backend(dist.get_backend)
     dist.distributed_c10d.get_backend = dist.get_backend
     dist.is_nccl_available = lambda: True
+    dist.GradBucket.buffer = _bucket_buffer(dist.GradBucket.buffer)

@@ -31,6 +31,7 @@ _state = threading.local()
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _CPU = torch.device("cpu")
 _NO_DISPATCH = torch._C._disabled_torch_dispatch_impl  # plain tensors and nn.Parameter
+_NoTorchFunction = torch._C.DisableTorchFunction
 
 
 class suspended:
@@ -158,6 +159,12 @@ class PlacementMode(TorchDispatchMode):
         return False
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        # An op torch's C++ issued while the program's call was in the function mode would meet that
+        # mode again when run here: the placement of an op is settled below the program's checks.
+        with _NoTorchFunction():
+            return self._place(func, types, args, kwargs)
+
+    def _place(self, func: Any, types: Any, args: tuple, kwargs: dict | None) -> Any:
         op = _OPS.get(func)
         if op is None:
             if isinstance(func, torch._ops.HigherOrderOperator):
@@ -171,7 +178,7 @@ class PlacementMode(TorchDispatchMode):
         if getattr(_state, "suspended", 0):
             return op.run(*args, **kwargs)
         if op.special is not None:
-            return op.special(func, args, kwargs)
+            return op.special(op.run, args, kwargs)
         if op.pairs_lists:
             return _foreach(op.run, args, kwargs)
         device = kwargs.get("device") if op.has_device else None
@@ -202,7 +209,10 @@ class _Op:
     def __init__(self, func: Any):
         packet = func.overloadpacket
         arguments = {a.name for a in func._schema.arguments}
-        self.run = getattr(func, "_op", func)  # the C++ entry point, without OpOverload.__call__'s frame
+        from simgpu.cuda_sim.cuda_kernels import STAND_INS
+
+        # the C++ entry point, without OpOverload.__call__'s frame; for ops torch has only for CUDA, a stand-in
+        self.run = STAND_INS.get(packet) or getattr(func, "_op", func)
         self.special = _SPECIAL.get(packet)
         self.pairs_lists = pairs_lists(packet.__name__)
         self.has_device = "device" in arguments

@@ -65,8 +65,22 @@ def _storage_to_device(self: Any, *, device: Any, non_blocking: bool = False) ->
     return _storage_to(self, index)
 
 
+def _storage_clone(original: Any) -> Any:
+    def clone(self: Any) -> Any:
+        """A copy on the same device (copy.deepcopy of a tensor clones its storage)."""
+        copy = original(self)
+        index = getattr(self, devices.LABEL, None)
+        if index is not None and getattr(copy, devices.LABEL, None) is None:
+            setattr(copy, devices.LABEL, index)
+            devices.account(copy, index)
+        return copy
+
+    return clone
+
+
 def install() -> None:
     """Register the location tags and give UntypedStorage CUDA's transfers (TypedStorage's go through it)."""
+    torch.UntypedStorage.clone = _storage_clone(torch.UntypedStorage.clone)
     if not any(entry[0] == PRIORITY for entry in torch.serialization._package_registry):
         torch.serialization.register_package(PRIORITY, _tag, _restore)
     torch.UntypedStorage.cuda = _storage_cuda

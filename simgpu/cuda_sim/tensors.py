@@ -367,6 +367,18 @@ def install() -> None:
                                     doc="True on a simulated GPU.")
     torch.Tensor.is_cpu = property(lambda t: devices.device_of(t) is None and TensorBase.is_cpu.__get__(t))
     torch.Tensor.get_device = lambda t: -1 if devices.device_of(t) is None else devices.device_of(t)
+    base_grad = TensorBase.grad
+
+    def get_grad(t: torch.Tensor) -> torch.Tensor | None:
+        """A gradient lives with its parameter (DDP's reducer hands out views of buckets it made in C++)."""
+        grad = base_grad.__get__(t)
+        if grad is not None and _plain(grad) and devices.device_of(grad) is None:
+            index = devices.device_of(t)
+            if index is not None:
+                devices.adopt(grad, index)
+        return grad
+
+    torch.Tensor.grad = property(get_grad, base_grad.__set__, base_grad.__delete__, base_grad.__doc__)
     threading.Thread._bootstrap_inner = _thread_bootstrap(threading.Thread._bootstrap_inner)
     torch.compile = _compile(torch.compile)
     enter_mode()

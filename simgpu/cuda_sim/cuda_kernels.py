@@ -1,0 +1,105 @@
+"""CPU stand-ins for the aten ops torch implements for CUDA only, which ordinary programs reach.
+
+SyncBatchNorm (nn.SyncBatchNorm, convert_sync_batchnorm) computes its statistics with five ops that
+have a CUDA kernel and no CPU one (`Could not run 'aten::batch_norm_stats' with arguments from the
+'CPU' backend`). These follow the CUDA kernels' formulas (aten/src/ATen/native/cuda/Normalization.cu):
+statistics in float32 for half-precision inputs, the biased variance for normalising and the unbiased
+one for running_var. placement.py runs them in place of the missing kernels and places their results.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+Tensor = torch.Tensor
+aten = torch.ops.aten
+
+
+def _acc(t: Tensor) -> Tensor:
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
+def _per_channel(t: Tensor, like: Tensor) -> Tensor:
+    """A (C,) tensor shaped to broadcast over `like`'s channel dimension (dim 1)."""
+    return t.reshape([1, -1] + [1] * (like.dim() - 2))
+
+
+def _reduce_dims(t: Tensor) -> list[int]:
+    return [0] + list(range(2, t.dim()))
+
+
+def batch_norm_stats(input: Tensor, eps: float) -> tuple[Tensor, Tensor]:  # noqa: A002 - aten's names
+    x = _acc(input)
+    dims = _reduce_dims(x)
+    mean = x.mean(dims)
+    var = x.var(dims, unbiased=False)
+    return mean, torch.rsqrt(var + eps)
+
+
+def batch_norm_gather_stats_with_counts(input: Tensor, mean: Tensor, invstd: Tensor, running_mean: Tensor | None,  # noqa: A002
+                                        running_var: Tensor | None, momentum: float, eps: float,
+                                        counts: Tensor) -> tuple[Tensor, Tensor]:
+    counts = counts.to(mean.dtype).reshape(-1, 1)
+    total = counts.sum()
+    global_mean = (mean * counts).sum(0) / total
+    var_each = invstd.pow(-2) - eps
+    var = (counts * (var_each + (mean - global_mean).pow(2))).sum(0) / total
+    if running_mean is not None:
+        running_mean.mul_(1 - momentum).add_(global_mean.to(running_mean.dtype), alpha=momentum)
+    if running_var is not None:
+        unbiased = var * total / (total - 1).clamp(min=1)
+        running_var.mul_(1 - momentum).add_(unbiased.to(running_var.dtype), alpha=momentum)
+    return global_mean, torch.rsqrt(var + eps)
+
+
+def batch_norm_elemt(input: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor,  # noqa: A002
+                     invstd: Tensor, eps: float) -> Tensor:
+    out = (_acc(input) - _per_channel(mean, input)) * _per_channel(invstd, input)
+    if weight is not None:
+        out = out * _per_channel(weight.float() if weight.dtype != out.dtype else weight, input)
+    if bias is not None:
+        out = out + _per_channel(bias.float() if bias.dtype != out.dtype else bias, input)
+    return out.to(input.dtype).contiguous(memory_format=_format(input))
+
+
+def batch_norm_backward_reduce(grad_out: Tensor, input: Tensor, mean: Tensor, invstd: Tensor,  # noqa: A002
+                               weight: Tensor | None, input_g: bool, weight_g: bool,
+                               bias_g: bool) -> tuple[Tensor | None, ...]:
+    dims = _reduce_dims(input)
+    dy = _acc(grad_out)
+    sum_dy = dy.sum(dims)
+    sum_dy_xmu = (dy * (_acc(input) - _per_channel(mean, input))).sum(dims)
+    grad_weight = (sum_dy_xmu * invstd).to(weight.dtype) if weight_g and weight is not None else None
+    grad_bias = sum_dy.to(weight.dtype if weight is not None else sum_dy.dtype) if bias_g else None
+    return (sum_dy if input_g else None, sum_dy_xmu if input_g else None, grad_weight, grad_bias)
+
+
+def batch_norm_backward_elemt(grad_out: Tensor, input: Tensor, mean: Tensor, invstd: Tensor,  # noqa: A002
+                              weight: Tensor | None, sum_dy: Tensor, sum_dy_xmu: Tensor, count: Tensor) -> Tensor:
+    total = count.sum().to(sum_dy.dtype)
+    mean_dy = _per_channel(sum_dy / total, input)
+    mean_dy_xmu = _per_channel(sum_dy_xmu / total, input)
+    istd = _per_channel(invstd, input)
+    xmu = _acc(input) - _per_channel(mean, input)
+    grad = (_acc(grad_out) - mean_dy - xmu * istd * istd * mean_dy_xmu) * istd
+    if weight is not None:
+        grad = grad * _per_channel(weight.to(grad.dtype), input)
+    return grad.to(input.dtype).contiguous(memory_format=_format(input))
+
+
+def _format(t: Tensor) -> torch.memory_format:
+    if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    if t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d):
+        return torch.channels_last_3d
+    return torch.contiguous_format
+
+
+STAND_INS: dict[Any, Callable[..., Any]] = {
+    aten.batch_norm_stats: batch_norm_stats,
+    aten.batch_norm_gather_stats_with_counts: batch_norm_gather_stats_with_counts,
+    aten.batch_norm_elemt: batch_norm_elemt,
+    aten.batch_norm_backward_reduce: batch_norm_backward_reduce,
+    aten.batch_norm_backward_elemt: batch_norm_backward_elemt,
+}
