@@ -247,7 +247,7 @@ _RANDOM = {torch.rand, torch.randn, torch.randint, torch.randperm, torch.normal,
 _NO_DEVICE_RULE = {
     TensorBase.copy_, TensorBase.__setitem__, TensorBase.index_put_, TensorBase.__getitem__, TensorBase.set_,
     TensorBase.data.__set__, torch._has_compatible_shallow_copy_type, torch.is_same_size, TensorBase.is_set_to,
-    torch._C._nn.unflatten_dense_tensors, TensorBase.size, TensorBase.dim, TensorBase.shape.__get__,
+    TensorBase.size, TensorBase.dim, TensorBase.shape.__get__,
     TensorBase.numel, TensorBase.stride, TensorBase.dtype.__get__, TensorBase.requires_grad.__get__,
     TensorBase.is_contiguous, TensorBase.element_size, TensorBase.storage_offset, TensorBase.data_ptr,
     TensorBase.untyped_storage, TensorBase.__len__, TensorBase.layout.__get__, TensorBase.grad.__get__,
@@ -265,6 +265,11 @@ class SimCudaMode(TorchFunctionMode):
             return _parse_to_for_module(args, kwargs)
         if func is torch._C._nn.scaled_dot_product_attention:
             return attention.sdpa(func, args, kwargs)
+        if func is torch._C._nn.unflatten_dense_tensors:
+            # views of the flat buffer, except empty tensors, which C++ makes afresh from host options
+            out = func(*args, **kwargs)
+            index = devices.device_of(args[0])
+            return out if index is None else placement.label(out, index)
         target = _target(kwargs["device"]) if "device" in kwargs else None
         if target is None:
             tensors = _flat_tensors(args, kwargs)
