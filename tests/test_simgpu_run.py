@@ -17,7 +17,7 @@ EXAMPLE_NAMES = ["comm_demo", "devices_demo", "dist_demo", "dp_ddp_demo", "model
 
 def examples_dir() -> Path:
     """shared/examples beside the checkout (CI), or where SIMGPU_EXAMPLES_DIR points."""
-    candidates = [os.environ.get("SIMGPU_EXAMPLES_DIR"), ROOT.parent / "shared" / "examples", "/work/shared/examples"]
+    candidates = [os.environ.get("SIMGPU_EXAMPLES_DIR"), ROOT.parent / "shared" / "examples"]
     for c in candidates:
         if c and (Path(c) / "comm_demo.py").is_file():
             return Path(c)

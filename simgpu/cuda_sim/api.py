@@ -274,6 +274,9 @@ class DeviceGenerator:
         self.seed = CUDA_DEFAULT_SEED
         self.offset = 0
 
+    def manual_seed(self, seed: int) -> None:
+        self.seed, self.offset = int(seed) % 2**64, 0
+
     def draw(self) -> torch.Generator:
         """The CPU generator for the next draw (advance() moves past it)."""
         return torch.Generator().manual_seed((self.seed * 0x9E3779B97F4A7C15 + self.offset) % 2**63)
@@ -310,14 +313,12 @@ def generator(index: int) -> DeviceGenerator:
 
 
 def manual_seed(seed: int) -> None:
-    g = generator(devices.current())
-    g.seed, g.offset = int(seed) % 2**64, 0
+    generator(devices.current()).manual_seed(seed)
 
 
 def manual_seed_all(seed: int) -> None:
     for index in range(devices.count()):
-        g = generator(index)
-        g.seed, g.offset = int(seed) % 2**64, 0
+        generator(index).manual_seed(seed)
 
 
 def seed() -> None:

@@ -25,6 +25,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from simgpu.cuda_sim import devices
+from simgpu.cuda_sim.cuda_kernels import STAND_INS
 
 aten = torch.ops.aten
 _state = threading.local()
@@ -63,7 +64,7 @@ def mixed_devices(a: str, b: str) -> RuntimeError:
     return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}!")
 
 
-def _tensors(args: tuple, kwargs: dict) -> Iterator[torch.Tensor]:
+def tensors_of(args: tuple, kwargs: dict) -> Iterator[torch.Tensor]:
     """The tensors of an aten call: arguments are tensors, or lists of them (one level deep)."""
     for value in (*args, *kwargs.values()):
         if isinstance(value, torch.Tensor):
@@ -189,7 +190,7 @@ class PlacementMode(TorchDispatchMode):
             # device=cpu below Python is C++ passing a simulated tensor's own (host) options on, as in
             # autograd's `grad.to(self.options())`: the result stays with the inputs. The program's
             # own host requests (.cpu(), device="cpu") are settled in tensors.py before reaching here.
-            target = gpu_of(_tensors(args, kwargs))
+            target = gpu_of(tensors_of(args, kwargs))
         else:
             kwargs = {**kwargs, "device": _CPU}
         if target is None:
@@ -209,8 +210,6 @@ class _Op:
     def __init__(self, func: Any):
         packet = func.overloadpacket
         arguments = {a.name for a in func._schema.arguments}
-        from simgpu.cuda_sim.cuda_kernels import STAND_INS
-
         # the C++ entry point, without OpOverload.__call__'s frame; for ops torch has only for CUDA, a stand-in
         self.run = STAND_INS.get(packet) or getattr(func, "_op", func)
         self.special = _SPECIAL.get(packet)

@@ -155,9 +155,9 @@ def _to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     if not _plain(self):
         return _subclass_to(self, args, kwargs)
     target, kwargs = _parse_to(args, kwargs)
-    index = devices.device_of(self) if target is None else (None if target == _HOST else target)
-    kwargs.pop("non_blocking", None)
     here = devices.device_of(self)
+    index = here if target is None else (None if target == _HOST else target)
+    kwargs.pop("non_blocking", None)
     if index != here:
         kwargs.pop("copy", None)  # a transfer always copies
     converted = TensorBase.to(self, **kwargs) if kwargs else self  # dtype, copy=, memory_format, where it is
@@ -272,11 +272,11 @@ class SimCudaMode(TorchFunctionMode):
             return out if index is None else placement.label(out, index)
         target = _target(kwargs["device"]) if "device" in kwargs else None
         if target is None:
-            tensors = _flat_tensors(args, kwargs)
+            tensors = list(placement.tensors_of(args, kwargs))
             if len(tensors) > 1 and not placement.pairs_lists(getattr(func, "__name__", "")):
                 common_device(tensors)  # one tensor cannot mix devices
             return func(*args, **kwargs)
-        if target != _HOST and not all(type(t) in _PLAIN for t in _flat_tensors(args, kwargs)):
+        if target != _HOST and not all(type(t) in _PLAIN for t in placement.tensors_of(args, kwargs)):
             # a tensor subclass (DTensor) hands the call to its inner tensors: placement.py places them
             return func(*args, **{**kwargs, "device": _cuda_device(target)})
         kwargs = {**kwargs, "device": "cpu"}
@@ -289,16 +289,6 @@ class SimCudaMode(TorchFunctionMode):
             else:
                 out = func(*args, **kwargs)
         return placement.label(out, target)
-
-
-def _flat_tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
-    found = []
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, torch.Tensor):
-            found.append(value)
-        elif isinstance(value, (list, tuple)):
-            found.extend(v for v in value if isinstance(v, torch.Tensor))
-    return found
 
 
 def _parse_to_for_module(args: tuple, kwargs: dict) -> tuple:
