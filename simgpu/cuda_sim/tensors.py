@@ -85,6 +85,13 @@ def _copy_on(t: torch.Tensor, index: int | None) -> torch.Tensor:
     return moved
 
 
+class _TensorBaseProperty(property):
+    """A property that says it belongs to TensorBase, as the C getter it replaces does: dynamo of
+    torch <= 2.12 reads `Tensor.grad.__get__.__self__`'s `__objclass__` and `__name__` on import."""
+
+    __objclass__ = TensorBase
+
+
 class _Transfer(torch.autograd.Function):
     """A copy between devices that autograd sees as one: the gradient travels back to the source
     device, as CUDA's `_to_copy` backward does."""
@@ -373,7 +380,8 @@ def install() -> None:
                 devices.adopt(grad, index)
         return grad
 
-    torch.Tensor.grad = property(get_grad, base_grad.__set__, base_grad.__delete__, base_grad.__doc__)
+    torch.Tensor.grad = _TensorBaseProperty(get_grad, base_grad.__set__, base_grad.__delete__, base_grad.__doc__)
+    torch.Tensor.grad.__name__ = "grad"
     threading.Thread._bootstrap_inner = _thread_bootstrap(threading.Thread._bootstrap_inner)
     torch.compile = _compile(torch.compile)
     enter_mode()

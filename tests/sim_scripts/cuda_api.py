@@ -35,4 +35,10 @@ for reentrant in (False, True):
     for p, e in zip(model.parameters(), expected):
         assert p.grad.device == torch.device("cuda:1") and torch.allclose(p.grad, e), reentrant
     model.zero_grad()
+
+# torch.compile's dynamo (torch <= 2.12, imported by FSDP2 and DTensor) reads these off Tensor.grad's
+# getter at import, which simgpu replaces: they must say what the C getter says
+getter = torch.Tensor.grad.__get__
+assert getter.__self__.__objclass__ is torch._C.TensorBase and getter.__self__.__name__ == "grad"
+import torch._dynamo  # noqa: E402,F401
 print("OK cuda_api")
