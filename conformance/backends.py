@@ -206,9 +206,6 @@ _ALL = tuple(DTYPES)
 NCCL = NcclProfile("nccl", "nccl", _ALL, "NCCL 2.28 via torch 2.11 (semantics.md)", recv_any_source=False)
 GLOO = GlooProfile("gloo", "gloo", _ALL, "gloo in torch 2.13")
 
-BUILTIN_BACKENDS = ("sim", "gloo", "nccl")
-
-
 def profile_for(backend: str) -> Profile | None:
     """The table a backend is held to: sim is held to NCCL's; unknown backends have none (probed)."""
     return {"sim": NCCL, "nccl": NCCL, "gloo": GLOO}.get(backend)

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from conformance.backends import Profile
 from conformance.spec import Case, CollectiveSpec, Reject
+from simgpu.in_step import ensure_in_step
 from simgpu.pool import RankOutcome, RankPool, RankPoolError
 
 FAILING = ("FAIL", "should-work", "broken")
@@ -66,32 +66,6 @@ _P2P = frozenset({"send_recv", "isend_irecv", "batch_isend_irecv"})
 def _leaves_process_stuck(spec: CollectiveSpec, outcomes: list[RankOutcome]) -> bool:
     failed = [o for o in outcomes if o is not None and not o.ok]
     return spec.name in _P2P or any(_STUCK_ERRORS.search(f"{o.error_type} {o.error}") for o in failed)
-
-
-def in_step_probe(ctx: Any) -> list[int]:
-    """Rank side of ensure_in_step: an all_reduce whose answer every rank knows."""
-    import torch
-    import torch.distributed as dist
-
-    t = torch.tensor([ctx.rank + 1, 7], dtype=torch.int64, device=ctx.device)
-    dist.all_reduce(t)
-    return t.tolist()
-
-
-def ensure_in_step(pool: RankPool, timeout: float = 15.0) -> None:
-    """After ranks raised, make sure the process group is still in step, else replace the ranks.
-
-    A backend that enqueues asynchronously (NCCL) can be left holding a collective that some ranks
-    launched and others did not; every later example would pair with the wrong call and fail for no
-    reason of its own. (The sim backend's strict check rules this out, so it is not probed.)
-    """
-    n = pool.world_size
-    try:
-        outcomes = pool.run(in_step_probe, timeout=timeout)
-    except RankPoolError:
-        return  # the pool has already been torn down; the next call starts fresh ranks
-    if any(not o.ok or o.value != [n * (n + 1) // 2, 7 * n] for o in outcomes):
-        pool.close(force=True)
 
 
 def _expectation(spec: CollectiveSpec, case: Case, profile: Profile | None) -> Reject | None:

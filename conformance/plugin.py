@@ -1,19 +1,22 @@
-"""pytest plugin (entry point `simgpu`): the --backend option, warm rank pools, hypothesis profiles,
-and the capability report at the end of the run. Loaded wherever the package is installed.
+"""The conformance suite's pytest plugin: the --backend option, warm rank pools, hypothesis profiles,
+and the capability report at the end of the run.
+
+Loaded by conformance/conftest.py, so only `pytest conformance ...` sees these options; a project that
+installs simgpu gets only the `ranks` fixture's --simgpu-* options (simgpu.testing).
 """
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conformance.backends import BUILTIN_BACKENDS, Profile, profile_for
+from conformance.backends import Profile, profile_for
 from conformance.report import CapabilityReport
 from conformance.spec import CollectiveSpec
 from simgpu.pool import Binding, RankPool, RankPoolError
+from simgpu.selection import BackendChoiceError, attached_ranks, binding_for, check_backend
 
 PROFILES = {"ci": 4, "dev": 15, "thorough": 150}  # hypothesis examples per matrix cell
 DEFAULT_MAX_WORLD = 4
@@ -104,12 +107,7 @@ class ConformanceSession:
         return list(range(spec.min_world, self.max_world + 1)) or [spec.min_world]
 
     def binding(self) -> Binding:
-        if self.backend != "nccl":
-            return Binding(self.backend, self.backend_module, "cpu", env=self.predict_env())
-        from realgpu import NCCL_SAFE_ENV
-
-        env = tuple(NCCL_SAFE_ENV.items()) if self.lease is None else self.lease.env()
-        return Binding(self.backend, self.backend_module, "cuda", env=env)
+        return binding_for(self.backend, self.backend_module, lease=self.lease, env=self.predict_env())
 
     def predict_env(self) -> tuple[tuple[str, str], ...]:
         """--predict: what makes the sim ranks record their collectives (simgpu.comm_log)."""
@@ -159,17 +157,12 @@ def _attached_ranks(config: pytest.Config) -> Any:
     address = config.getoption("--attach")
     if address is None:
         return None
-    if not config.getoption("--attach-world-size") or config.getoption("--attach-world-size") < 1:
-        raise pytest.UsageError("--attach needs --attach-world-size N: the WORLD_SIZE torchrun starts")
-    if getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
-        raise pytest.UsageError("--attach cannot be combined with pytest-xdist (-n): one controller serves "
-                                "one torchrun world")
-    from simgpu.attach import AttachedRanks, AttachError
-
     try:
-        return AttachedRanks(address, connect_timeout=config.getoption("--attach-timeout"))
-    except AttachError as exc:
-        raise pytest.UsageError(f"--attach: {exc}") from None
+        return attached_ranks(address, config.getoption("--attach-world-size"), config.getoption("--attach-timeout"),
+                              option="--attach", under_xdist=bool(getattr(config.option, "numprocesses", None))
+                              or hasattr(config, "workerinput"))
+    except BackendChoiceError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _predict_setup(config: pytest.Config) -> tuple[str | None, str, bool]:
@@ -202,48 +195,18 @@ def _effort(config: pytest.Config) -> str:
     return chosen
 
 
-def check_backend(backend: str, backend_module: str | None, local_ranks: bool = True) -> None:
-    """Fail at start-up, in one line, for a backend name that cannot work here.
-
-    local_ranks: False when the ranks run elsewhere (--attach): this host's GPUs do not matter.
-    """
-    if backend_module:
-        try:
-            importlib.import_module(backend_module)
-        except Exception as exc:  # noqa: BLE001 - any import failure is the user's to see
-            raise pytest.UsageError(f"--backend-module {backend_module!r} failed to import: "
-                                    f"{type(exc).__name__}: {exc}") from None
-    if backend in BUILTIN_BACKENDS:
-        if backend == "nccl" and local_ranks:
-            from realgpu import require_gpus
-
-            require_gpus(2)
-        return
-    import torch.distributed as dist
-
-    registered = [b for b in dist.Backend.backend_list if b != "undefined"]
-    if backend.upper() not in dist.Backend._plugins and backend.lower() not in registered:
-        hint = "" if backend_module else " (name the module that registers it with --backend-module)"
-        raise pytest.UsageError(
-            f"unknown backend {backend!r}{hint}; choose one of: "
-            + ", ".join(sorted(set(BUILTIN_BACKENDS) | set(registered))))
-
-
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "conformance: a conformance property test (one matrix cell)")
-    if _runs_conformance(config):
+    try:
         check_backend(config.getoption("--backend"), config.getoption("--backend-module"),
                       local_ranks=config.getoption("--attach") is None)
+    except BackendChoiceError as exc:
+        raise pytest.UsageError(str(exc)) from None
     session = ConformanceSession(config)
     config.stash[_SESSION] = session
     _register_hypothesis_profiles()
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistReportMerger(session), "simgpu-xdist-merger")
-
-
-def _runs_conformance(config: pytest.Config) -> bool:
-    args = [str(a) for a in config.args]
-    return any("conformance" in a for a in args) or config.getoption("--backend") != "sim"
 
 
 _SESSION = pytest.StashKey[ConformanceSession]()

@@ -9,10 +9,13 @@
     def test_x(ranks):
         assert ranks.run(step) == [[ranks.world_size] * 2] * ranks.world_size
 
-The `ranks` fixture runs on warm pools, one per world size for the `--backend` of the run (on GPUs the
-conformance suite's; on the simulator its own, whose ranks see simulated GPUs: ctx.device is cuda:r). Every rank's
-value comes back, or `RanksFailed` with every rank's line; a crash or hang is `RankPoolError` and the
-next call gets fresh ranks. See docs/testing-your-code.md.
+The `ranks` fixture runs on warm pools, one per world size, of the backend --simgpu-backend names
+(default sim: the simulator, whose ranks see simulated GPUs: ctx.device is cuda:r). Every rank's value
+comes back, or `RanksFailed` with every rank's line; a crash or hang is `RankPoolError` and the next
+call gets fresh ranks. See docs/testing-your-code.md.
+
+Installed as a pytest plugin (entry point `simgpu`), it adds to a project's runs only this fixture, the
+`world_size` marker and options named --simgpu-*; the conformance suite's options load with the suite.
 """
 from __future__ import annotations
 
@@ -28,11 +31,11 @@ import pytest
 
 from simgpu import faults as faults_module
 from simgpu.outcomes import RanksFailed, values_or_raise
-from simgpu.pool import Binding, RankPool, RankPoolError
+from simgpu.pool import RankPool, RankPoolError
+from simgpu.selection import BackendChoiceError, attached_ranks, binding_for, check_backend
 
 MARKER = "world_size"
 DEFAULT_WORLD_SIZE = 2
-_GPU_COUNT = pytest.StashKey[int]()
 
 
 # ----------------------------------------------------------------------------- shipping the function
@@ -176,7 +179,7 @@ class Ranks:
         try:
             outcomes = self.pool.run(_call_on_rank, ref, args, timeout=timeout)
             if self.backend != "sim" and any(not o.ok for o in outcomes):
-                from conformance.driver import ensure_in_step
+                from simgpu.in_step import ensure_in_step
 
                 ensure_in_step(self.pool)  # an asynchronous backend may be left out of step for the next test
             return values_or_raise(outcomes)
@@ -195,7 +198,7 @@ class Ranks:
                 raise ValueError(f"ranks.inject: fault names rank {f.rank} ({f.describe()}), "
                                  f"but the test runs on {self.world_size} ranks")
         if self.backend != "sim":
-            pytest.skip(f"fault injection needs the sim backend; this run uses --backend={self.backend}")
+            pytest.skip(f"fault injection needs the sim backend; this run uses --simgpu-backend={self.backend}")
         armed = values_or_raise(self.pool.run(faults_module.install_on_rank, list(faults)))
         self._armed_at = self.pool.starts
         return [text for per_rank in armed for text in per_rank]
@@ -210,11 +213,99 @@ class Ranks:
                 pass  # the pool was torn down: the next test starts fresh ranks, with nothing armed
 
 
-# ----------------------------------------------------------------------------- pytest hooks
+# ----------------------------------------------------------------------------- options and session
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("simgpu", "simgpu: the `ranks` fixture (your test functions on N ranks)")
+    group.addoption("--simgpu-backend", default="sim",
+                    help="backend the `ranks` fixture's ranks use: sim (default: simulated GPUs held to NCCL's "
+                         "rules), gloo, nccl (one real GPU per rank), or a name registered by --simgpu-backend-module")
+    group.addoption("--simgpu-backend-module", default=None, metavar="MODULE",
+                    help="module every rank imports before init_process_group (it registers --simgpu-backend)")
+    group.addoption("--simgpu-rank-timeout", type=float, default=60.0, metavar="SECONDS",
+                    help="seconds one ranks.run call may take before the ranks are killed and replaced (default 60)")
+    group.addoption("--simgpu-attach", default=None, metavar="HOST:PORT",
+                    help="run on ranks started by torchrun (-m simgpu.attach --controller HOST:PORT) instead of "
+                         "forking them here; listen on this address (docs/multinode.md)")
+    group.addoption("--simgpu-attach-world-size", type=int, default=None, metavar="N",
+                    help="with --simgpu-attach: how many ranks torchrun starts (WORLD_SIZE)")
+    group.addoption("--simgpu-attach-timeout", type=float, default=300.0, metavar="SECONDS",
+                    help="with --simgpu-attach: seconds to wait for torchrun's ranks to connect (default 300)")
+
+
+class RanksSession:
+    """Per-process state of the fixture: the backend, its warm pools (one per world size), a GPU lease.
+
+    Nothing starts until a test asks for `ranks`: a project that never uses the fixture pays nothing.
+    """
+
+    def __init__(self, config: pytest.Config):
+        self.backend: str = config.getoption("--simgpu-backend")
+        self.backend_module: str | None = config.getoption("--simgpu-backend-module")
+        self.timeout: float = config.getoption("--simgpu-rank-timeout")
+        if not self.timeout > 0:
+            raise pytest.UsageError(f"--simgpu-rank-timeout must be a number of seconds > 0, got {self.timeout:g}")
+        self._config = config
+        self._attached: Any = None
+        self.lease: Any = None
+        self.pools: dict[int, RankPool] = {}
+
+    def check(self) -> None:
+        """Fail the run at start-up, in one line, for a backend that cannot work here."""
+        try:
+            check_backend(self.backend, self.backend_module, option="--simgpu-backend",
+                          local_ranks=self._config.getoption("--simgpu-attach") is None)
+        except BackendChoiceError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+    @property
+    def attached(self) -> Any:
+        """torchrun's ranks when --simgpu-attach is given (their listener starts at first use), else None."""
+        address = self._config.getoption("--simgpu-attach")
+        if address is not None and self._attached is None:
+            try:
+                self._attached = attached_ranks(
+                    address, self._config.getoption("--simgpu-attach-world-size"),
+                    self._config.getoption("--simgpu-attach-timeout"), option="--simgpu-attach",
+                    under_xdist=bool(getattr(self._config.option, "numprocesses", None))
+                    or hasattr(self._config, "workerinput"))
+            except BackendChoiceError as exc:
+                raise pytest.UsageError(str(exc)) from None
+        return self._attached
+
+    def pool(self, size: int) -> RankPool:
+        if size not in self.pools:
+            if self.backend == "nccl" and self.lease is None and self.attached is None:
+                from realgpu.leases import worker_lease
+
+                self.lease = worker_lease()
+            binding = binding_for(self.backend, self.backend_module, lease=self.lease, simulated_gpus=True)
+            self.pools[size] = RankPool(size, binding, timeout=self.timeout, source=self.attached)
+        return self.pools[size]
+
+    def close(self) -> None:
+        for pool in self.pools.values():
+            pool.close()
+        self.pools.clear()
+        if self._attached is not None:
+            self._attached.close()
+
+
+_SESSION = pytest.StashKey[RanksSession]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"{MARKER}(*sizes): run the test once per world size (ids [ws<N>]) with the `ranks` fixture "
                    f"bound to that many ranks (default {DEFAULT_WORLD_SIZE})")
+    session = RanksSession(config)
+    session.check()
+    config.stash[_SESSION] = session
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(_SESSION, None)
+    if session is not None:
+        session.close()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -235,69 +326,21 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def ranks(request: pytest.FixtureRequest) -> Iterator[Ranks]:
     """A runner on the session's warm pool of `world_size` ranks (the marker's size, else 2)."""
     size: int = getattr(request, "param", DEFAULT_WORLD_SIZE)
-    session = _session(request.config)
-    if session.binding().device == "cuda":
+    session = request.config.stash[_SESSION]
+    if session.backend == "nccl" and session.attached is None:
         _skip_without_gpus(request.config, session, size)
-    runner = Ranks(_pool(request.config, session, size))
+    runner = Ranks(session.pool(size))
     yield runner
     runner.disarm()
 
 
-_SIM_POOLS = pytest.StashKey[dict]()
+def _skip_without_gpus(config: pytest.Config, session: RanksSession, world_size: int) -> None:
+    """A test needing more GPUs than this process may use (its xdist worker's lease) is skipped,
+    saying how many of each."""
+    from realgpu.leases import shortfall, worker_lease
 
-
-def _pool(config: pytest.Config, session: Any, size: int) -> RankPool:
-    """The session's pool, except on the simulator: there ranks see simulated GPUs (ctx.device is
-    cuda:r, "nccl" groups refuse host tensors), so code written for GPUs runs as written. Those pools
-    are separate from the conformance suite's CPU-bound ones, one per world size."""
-    if session.backend != "sim" or getattr(session, "attached", None) is not None:
-        return session.pool(size)
-    pools = config.stash.setdefault(_SIM_POOLS, {})
-    if size not in pools:
-        base = session.binding()
-        pools[size] = RankPool(size, Binding(base.backend, base.backend_module, "simulated-cuda", base.init_timeout,
-                                             base.env), timeout=session.timeout)
-    return pools[size]
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    for pool in session.config.stash.get(_SIM_POOLS, {}).values():
-        pool.close()
-
-
-def _session(config: pytest.Config) -> Any:
-    try:
-        from conformance.plugin import session_of
-
-        return session_of(config)
-    except (ImportError, KeyError):
-        raise pytest.UsageError("the `ranks` fixture needs the simgpu plugin (conformance.plugin) loaded; "
-                                "it is disabled (-p no:simgpu?) or not installed") from None
-
-
-def _skip_without_gpus(config: pytest.Config, session: Any, world_size: int) -> None:
-    """A test needing more GPUs than this process may use is skipped, saying how many of each.
-
-    The session's GPU lease (realgpu.leases: this xdist worker's GPUs) when it has one; else the
-    GPUs this machine shows, counted once per session in a child process.
-    """
-    lease = getattr(session, "lease", None)
-    if lease is not None:
-        from realgpu.leases import shortfall
-
-        reason = shortfall(world_size, lease)
-    else:
-        if _GPU_COUNT not in config.stash:
-            from realgpu import visible_gpu_count
-
-            config.stash[_GPU_COUNT] = visible_gpu_count()
-        reason = gpu_shortfall(world_size, config.stash[_GPU_COUNT])
+    if session.lease is None:
+        session.lease = worker_lease()
+    reason = shortfall(world_size, session.lease)
     if reason:
         pytest.skip(reason)
-
-
-def gpu_shortfall(needed: int, available: int) -> str | None:
-    """The skip reason when `needed` ranks (one GPU each) exceed the `available` GPUs, else None."""
-    if needed <= available:
-        return None
-    return f"needs {needed} GPUs (world size {needed}), {available} available"

@@ -158,7 +158,7 @@ def test_world_size_must_be_positive() -> None:
 
 # ----------------------------------------------------------------------------- staying in step
 def test_ensure_in_step_keeps_a_healthy_pool():
-    from conformance.driver import ensure_in_step
+    from simgpu.in_step import ensure_in_step
 
     with RankPool(2, Binding("gloo"), timeout=20) as pool:
         pids = pool.pids()
@@ -168,7 +168,7 @@ def test_ensure_in_step_keeps_a_healthy_pool():
 
 def test_ensure_in_step_replaces_ranks_that_answer_wrong():
     """A group whose all_reduce answers wrong (here: the deliberately wrong backend) is not trusted."""
-    from conformance.driver import ensure_in_step
+    from simgpu.in_step import ensure_in_step
 
     with RankPool(2, Binding("wrongsum", "tests.wrong_backend"), timeout=20) as pool:
         pids = pool.pids()

@@ -20,8 +20,8 @@ import pytest
 
 from simgpu import Binding, RankPool, RankPoolError, faults
 from simgpu.outcomes import RanksFailed
-from simgpu.testing import (_GPU_COUNT, FunctionRef, Ranks, _call_on_rank, _skip_without_gpus, _sys_path_root,
-                            gpu_shortfall)
+from realgpu.leases import Lease
+from simgpu.testing import FunctionRef, Ranks, _call_on_rank, _skip_without_gpus, _sys_path_root
 
 REPO = Path(__file__).resolve().parent.parent
 MISMATCH = "simgpu.strict.CollectiveMismatch"
@@ -135,7 +135,7 @@ def test_inject_names_the_bad_argument(ranks) -> None:
 
 def test_inject_skips_off_the_simulator() -> None:
     runner = Ranks(RankPool(2, Binding("gloo")))  # never started: the skip comes first
-    with pytest.raises(pytest.skip.Exception, match="needs the sim backend; this run uses --backend=gloo"):
+    with pytest.raises(pytest.skip.Exception, match="needs the sim backend; this run uses --simgpu-backend=gloo"):
         runner.inject(faults.kill(1))
 
 
@@ -166,22 +166,8 @@ def test_sys_path_root_of_a_module() -> None:
     assert _sys_path_root("test_x", None) is None
 
 
-def test_gpu_shortfall_names_needed_and_available() -> None:
-    assert gpu_shortfall(4, 2) == "needs 4 GPUs (world size 4), 2 available"
-    assert gpu_shortfall(2, 2) is None and gpu_shortfall(1, 8) is None
-
-
-def test_a_test_needing_more_gpus_than_visible_is_skipped() -> None:
-    config = SimpleNamespace(stash=pytest.Stash())
-    config.stash[_GPU_COUNT] = 2  # as counted once per session
-    _skip_without_gpus(config, SimpleNamespace(), 2)
-    with pytest.raises(pytest.skip.Exception, match=r"needs 4 GPUs \(world size 4\), 2 available"):
-        _skip_without_gpus(config, SimpleNamespace(), 4)
-
-
 def test_a_test_needing_more_gpus_than_the_lease_holds_is_skipped() -> None:
-    leases = pytest.importorskip("realgpu.leases", exc_type=ImportError)  # until leases are committed
-    lease = leases.Lease(gpus=("2",), visible=("0", "1", "2", "3"), worker=1, workers=4)
+    lease = Lease(gpus=("2",), visible=("0", "1", "2", "3"), worker=1, workers=4)
     _skip_without_gpus(SimpleNamespace(stash=pytest.Stash()), SimpleNamespace(lease=lease), 1)
     with pytest.raises(pytest.skip.Exception, match="needs 2 GPUs; xdist worker 1 of 4 holds 1 GPU"):
         _skip_without_gpus(SimpleNamespace(stash=pytest.Stash()), SimpleNamespace(lease=lease), 2)

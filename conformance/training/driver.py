@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from conformance.backends import Profile
-from conformance.driver import CaseResult, ensure_in_step
+from conformance.driver import CaseResult
+from simgpu.in_step import ensure_in_step
 from conformance.training.case import TrainingCase
 from conformance.training.properties import TrainingProperty
 from conformance.training.ranks import train_ddp
