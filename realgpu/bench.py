@@ -114,7 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _binding(backend: str) -> tuple[Any, int]:
     """The pool binding for the backend and how many ranks it can have."""
-    from simgpu.pool import Binding
+    import dataclasses
+
+    from simgpu.selection import binding_for
 
     if backend == "nccl":
         from realgpu.leases import worker_lease
@@ -122,7 +124,7 @@ def _binding(backend: str) -> tuple[Any, int]:
         lease = worker_lease()
         if lease.held < 1:
             raise UsageError(f"--backend nccl needs CUDA GPUs; {lease.describe()}")
-        return Binding(backend="nccl", device="cuda", env=lease.env(), init_timeout=180.0), lease.held
+        return dataclasses.replace(binding_for("nccl", lease=lease), init_timeout=180.0), lease.held
     import torch.distributed as dist
 
     if backend == "sim":
@@ -130,7 +132,7 @@ def _binding(backend: str) -> tuple[Any, int]:
     if backend not in dist.Backend.backend_list:
         raise UsageError(f"--backend {backend!r} is not a registered torch.distributed backend "
                          f"(registered: {', '.join(dist.Backend.backend_list)})")
-    return Binding(backend=backend, device="cpu"), 0
+    return binding_for(backend), 0
 
 
 def summarize(collective: str, world_size: int, mode: str, per_rank: list[list[Result]], plan: Plan) -> list[dict]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from simgpu import comm_log
+from realgpu import calibration as cal
 from simgpu import cost_model as cm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,8 +33,8 @@ NOISE_LIMITED = {("all_gather", 2): 0.10}
 
 
 @pytest.fixture(scope="module")
-def rows() -> list[cm.Row]:
-    return cm.load_measurements(MEASURED)
+def rows() -> list[cal.Row]:
+    return cal.load_measurements(MEASURED)
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +42,8 @@ def h200() -> cm.Machine:
     return cm.machine("h200-nvlink4")
 
 
-def _error(m: cm.Machine, rows: list[cm.Row], want) -> float:
-    n, err = cm._group_error(cm.score(m, rows), want)
+def _error(m: cm.Machine, rows: list[cal.Row], want) -> float:
+    n, err = cal._group_error(cal.score(m, rows), want)
     assert n > 0
     return err
 
@@ -54,7 +55,7 @@ def test_error_target_on_the_committed_measurements(rows, h200, collective: str,
                          and r.mode == "eager" and r.size >= lo)
     everything = _error(h200, rows, series(cm.SCORED_MIN_BYTES))
     assert everything <= NOISE_LIMITED.get((collective, gpus), TARGET), (collective, gpus, everything)
-    gpu_bound = _error(h200, rows, series(cm.GPU_BOUND_MIN_BYTES))
+    gpu_bound = _error(h200, rows, series(cal.GPU_BOUND_MIN_BYTES))
     assert gpu_bound <= 0.05, (collective, gpus, gpu_bound)
     graph = _error(h200, rows, lambda r: r.collective == collective and r.n == gpus and r.mode == "graph"
                    and r.size >= cm.SCORED_MIN_BYTES)
@@ -66,21 +67,21 @@ def test_overall_error_per_gpu_count_and_the_hold_outs(rows, h200) -> None:
     (in-sample 5.8% and 4.0%); and each GPU count's rows predicted by fits that did not see them."""
     main = lambda r: r.collective in cm.MAIN_COLLECTIVES and r.mode == "eager" and r.size >= cm.SCORED_MIN_BYTES  # noqa: E731
     assert _error(h200, rows, main) <= TARGET
-    assert _error(h200, rows, lambda r: main(r) and r.size >= cm.GPU_BOUND_MIN_BYTES) <= 0.04
-    holdouts = {h.__name__: h(rows, h200) for h in (cm.holdout_alternate_sizes, cm.holdout_other_gpu_count)}
-    assert all(cm._group_error(scored, main)[0] == 210 for scored in holdouts.values())
+    assert _error(h200, rows, lambda r: main(r) and r.size >= cal.GPU_BOUND_MIN_BYTES) <= 0.04
+    holdouts = {h.__name__: h(rows, h200) for h in (cal.holdout_alternate_sizes, cal.holdout_other_gpu_count)}
+    assert all(cal._group_error(scored, main)[0] == 210 for scored in holdouts.values())
     for gpus in (2, 4):
         on = lambda r, gpus=gpus: main(r) and r.n == gpus  # noqa: E731
         assert _error(h200, rows, on) <= TARGET, gpus
-        assert _error(h200, rows, lambda r: on(r) and r.size >= cm.GPU_BOUND_MIN_BYTES) <= 0.04, gpus
+        assert _error(h200, rows, lambda r: on(r) and r.size >= cal.GPU_BOUND_MIN_BYTES) <= 0.04, gpus
         for name, scored in holdouts.items():  # 5.9% / 4.1% (alternate sizes), 6.8% / 4.4% (other GPU count)
-            n, err = cm._group_error(scored, on)
+            n, err = cal._group_error(scored, on)
             assert n == 105 and err <= TARGET, (name, gpus, err)
 
 
 def test_calibration_reproduces_the_committed_constants(rows, h200) -> None:
-    fitted = cm.calibrate(rows)
-    got, want = cm.fitted_constants(fitted), cm.fitted_constants(h200)
+    fitted = cal.calibrate(rows)
+    got, want = cal.fitted_constants(fitted), cal.fitted_constants(h200)
     for key, value in want.items():
         pairs = value.items() if isinstance(value, dict) else [(None, value)]
         for sub, v in pairs:
@@ -132,9 +133,9 @@ def test_unknown_machine_is_one_line_naming_the_presets(tmp_path: Path) -> None:
         cm.machine("h900")
     message = str(info.value)
     assert "\n" not in message and all(name in message for name in cm.presets())
-    done = subprocess.run([sys.executable, "-m", "simgpu.cost_model", "--machine", "h900", "--measured",
+    done = subprocess.run([sys.executable, "-m", "realgpu.calibration", "--machine", "h900", "--measured",
                            str(MEASURED[0])], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert done.returncode == 2 and done.stderr.strip() == f"simgpu.cost_model: {message}"
+    assert done.returncode == 2 and done.stderr.strip() == f"realgpu.calibration: {message}"
     done = subprocess.run([sys.executable, "-m", "simgpu", "run", "--predict", "h900", "--gpus", "2", "x.py"],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode != 0 and done.stderr.strip() == f"simgpu run: --predict: {message}"
@@ -149,33 +150,33 @@ def test_uncalibrated_presets_say_so() -> None:
 def test_committed_report_is_what_the_command_prints(rows, h200) -> None:
     committed = (RESULTS / "predicted-vs-measured.md").read_text()
     command, _, body = committed.partition("\n")
-    assert command.startswith("Command: `python -m simgpu.cost_model --measured")
+    assert command.startswith("Command: `python -m realgpu.calibration --measured")
     folder = RESULTS.relative_to(ROOT).as_posix()
     assert all(f"{folder}/{path.name}" in command for path in MEASURED), command
     assert f"--nccl-tests {folder}/nccl-tests-mpi " in command and "--fit" not in command, command
-    holdouts = {"alternate sizes": cm.holdout_alternate_sizes(rows, h200),
-                "other GPU count": cm.holdout_other_gpu_count(rows, h200)}
-    nccl_tests = cm.load_nccl_tests(RESULTS / "nccl-tests-mpi")
-    assert body.strip() == cm.report(h200, rows, "", holdouts, nccl_tests=nccl_tests).strip()
+    holdouts = {"alternate sizes": cal.holdout_alternate_sizes(rows, h200),
+                "other GPU count": cal.holdout_other_gpu_count(rows, h200)}
+    nccl_tests = cal.load_nccl_tests(RESULTS / "nccl-tests-mpi")
+    assert body.strip() == cal.report(h200, rows, "", holdouts, nccl_tests=nccl_tests).strip()
 
 
 def test_report_rows_per_gpu_count_and_prose_from_the_data(rows, h200) -> None:
     """The summary has an overall row of the five main collectives per GPU count (with its verdict) and
     one over all; the prose under it names the worst host-bound row of the rows given, not a fixed one."""
-    text = cm.report(h200, rows)
+    text = cal.report(h200, rows)
     main = lambda r, n=None: (r.collective in cm.MAIN_COLLECTIVES and r.mode == "eager"  # noqa: E731
                               and r.size >= cm.SCORED_MIN_BYTES and (n is None or r.n == n))
     for gpus in (2, 4, None):
         err = _error(h200, rows, lambda r, g=gpus: main(r, g))
         row = f"| **overall, five main** | {gpus or 'all'} | {100 * err:.1f}% (" + ("105" if gpus else "210") + ")"
         assert row in text and text.split(row)[1].split("\n")[0].endswith("| yes |"), row
-    bound = [s for s in cm.score(h200, rows) if main(s.row)
+    bound = [s for s in cal.score(h200, rows) if main(s.row)
              and cm.predict(h200, s.row.collective, s.row.size, s.row.n, "eager").limited_by == "host"]
     worst = max(bound, key=lambda s: s.error)
     assert (f"The worst host-bound row: {worst.row.collective}, {worst.row.n} GPUs, "
-            f"{'out of place' if worst.row.placement == 'out' else 'in place'}, {cm._size(worst.row.size)}: "
+            f"{'out of place' if worst.row.placement == 'out' else 'in place'}, {cal._size(worst.row.size)}: "
             f"{worst.row.time_us:.1f} us measured") in text
-    only4 = cm.report(h200, [r for r in rows if r.n == 4])
+    only4 = cal.report(h200, [r for r in rows if r.n == 4])
     assert "| **overall, five main** | 2 |" not in only4 and "every GPU count" in only4
 
 
@@ -185,11 +186,11 @@ def test_nccl_tests_cross_check(h200, folder: str) -> None:
     model less torch's per-call overhead, from 16 MiB up: 3.0% and 3.1%."""
     import dataclasses
 
-    nt = cm.load_nccl_tests(RESULTS / folder)
+    nt = cal.load_nccl_tests(RESULTS / folder)
     assert {(r.collective, r.n, r.mode) for r in nt} >= {(c, n, m) for c in cm.COLLECTIVES for n in (2, 4)
                                                           for m in ("eager", "graph")}
     bare = dataclasses.replace(h200, call_overhead_us=0.0, host_floor_us={})
-    big = lambda r: r.collective in cm.MAIN_COLLECTIVES and r.mode == "eager" and r.size >= cm.GPU_BOUND_MIN_BYTES  # noqa: E731
+    big = lambda r: r.collective in cm.MAIN_COLLECTIVES and r.mode == "eager" and r.size >= cal.GPU_BOUND_MIN_BYTES  # noqa: E731
     assert _error(bare, nt, big) <= 0.04
 
 
