@@ -2,7 +2,7 @@
 
 For each of five mismatch kinds (collective, element count, dtype, root, reduce op), rank 0 and
 rank 1 make calls that disagree in exactly that respect. Every rank notes when it arrives at its
-call and when its error comes back; latency = last error - last arrival (design.md principle 5:
+call and when its error comes back; latency = last error - last arrival (the promise:
 "fails at once with a per-rank diff instead of hanging"). Reports the median per kind and overall.
 
     python benchmarks/mismatch_latency.py [--ranks 2] [--repeats 20]

@@ -1,9 +1,8 @@
 #!/usr/bin/env python
 """Per-case overhead of spawn-per-case (MultiProcessTestCase) against the warm RankPool.
 
-Why: design.md principle 3 says "a warm pool, never a spawn per test" and performance.md gives
-the figures (spawn 5 s at 2 ranks, 14-15 s at 4; a small collective in a live group well under
-10 ms). This script measures both in one run, on the same machine, with the same case (one 4 KB
+Why: the project's design is "a warm pool, never a spawn per test", on the grounds that a spawn
+costs seconds per case and a small collective in a live group well under 10 ms. This script measures both in one run, on the same machine, with the same case (one 4 KB
 float32 all_reduce whose result is checked), so the claim can be re-checked after every change.
 
     python benchmarks/pool_overhead.py [--ranks 2 4] [--cases 200] [--spawn-cases 3]
@@ -382,7 +381,7 @@ def measure_pool(world_size: int, backend: str, cases: int, warmup: int, timeout
 
 # --------------------------------------------------------------------------- report
 def environment(backend: str) -> dict[str, Any]:
-    """What the figures depend on, recorded next to them (design.md principle 8)."""
+    """What the figures depend on, recorded next to them ."""
     import torch
 
     try:

@@ -1,6 +1,6 @@
 """Support tables: what each backend must accept, and the error it must raise for the rest.
 
-semantics.md section 3 is the source; entries marked [run] were settled by runs of this suite
+torch's ProcessGroupNCCL/ProcessGroupGloo sources and NCCL's documentation are the source; entries marked [run] were settled by runs of this suite
 (where a run disagreed with the page, the run won); [nccl-run] marks what the first GPU run (4x H200,
 torch 2.11.0+cu130, NCCL 2.28.9) and its probes settled: conformance/results/nccl-calibration.md has
 each rule with its evidence. A backend with no table here is probed: the suite discovers per
@@ -108,7 +108,7 @@ def _complex_op_rule(collective: str, dtype: str | None, op: str) -> Reject | No
 
 
 class NcclProfile(Profile):
-    """NCCL 2.28 through torch 2.11 (semantics.md, NCCL column, corrected by the GPU run: [nccl-run]);
+    """NCCL 2.28 through torch 2.11 (from torch's and NCCL's sources, corrected by the GPU run: [nccl-run]);
     the simulator is held to it too."""
 
     def _dtype_rule(self, collective: str, dtype: DType, size: int | None = None) -> Reject | None:
@@ -162,7 +162,7 @@ class NcclProfile(Profile):
 
 
 class GlooProfile(Profile):
-    """gloo as shipped in torch 2.13 (semantics.md, gloo column; [run] = settled by runs of this suite)."""
+    """gloo as shipped in torch 2.13 (from torch's gloo sources; [run] = settled by runs of this suite)."""
 
     def _dtype_rule(self, collective: str, dtype: DType, size: int | None = None) -> Reject | None:
         if collective in P2P_COLLECTIVES:
@@ -203,7 +203,7 @@ class GlooProfile(Profile):
 
 
 _ALL = tuple(DTYPES)
-NCCL = NcclProfile("nccl", "nccl", _ALL, "NCCL 2.28 via torch 2.11 (semantics.md)", recv_any_source=False)
+NCCL = NcclProfile("nccl", "nccl", _ALL, "NCCL 2.28 via torch 2.11", recv_any_source=False)
 GLOO = GlooProfile("gloo", "gloo", _ALL, "gloo in torch 2.13")
 
 def profile_for(backend: str) -> Profile | None:

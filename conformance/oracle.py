@@ -1,4 +1,4 @@
-"""The NumPy oracle: what every rank must hold after a collective (shared/semantics.md section 4).
+"""The NumPy oracle: what every rank must hold after a collective (NCCL's and torch.distributed's documented semantics).
 
 Exact types are computed exactly (integers wrap modulo 2**bits, as both backends do).
 Floating results are checked against forward-error bounds for any summation order, per dtype
@@ -203,7 +203,7 @@ def _check_minmax(actual: np.ndarray, inputs: list[np.ndarray], op: str, flavor:
         good |= np.isinf(ignoring_nan) & (actual == np.sign(ignoring_nan) * saturation)
     if flavor == "gloo":
         # gloo folds std::min/max in an order of its own: where an input is NaN, the result is NaN or
-        # one of the inputs (semantics.md: depends on rank order). Elsewhere it must be exact.
+        # one of the inputs (NCCL: depends on rank order). Elsewhere it must be exact.
         has_nan = np.isnan(stack).any(axis=0)
         good |= has_nan & (np.isnan(actual) | (stack == actual).any(axis=0))
     if good.all():

@@ -1,6 +1,6 @@
 """What a collective's spec entry is made of, and the registry of entries.
 
-One entry per collective (design.md principle 1), in conformance/collectives/<name>.py:
+One entry per collective , in conformance/collectives/<name>.py:
   cases(draw, world_size, cell, profile)  hypothesis: draw one Case for this cell
   run(ctx, case)                          on every rank: build tensors, call torch.distributed, return outputs
   check(case, outputs, flavor)            NumPy oracle: a Verdict per rank

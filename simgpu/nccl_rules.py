@@ -2,7 +2,7 @@
 
 Plain functions, no process group: the sim backend uses them to hold CPU ranks to NCCL's rules,
 and the conformance suite can use them as the expected errors. The rules follow
-ProcessGroupNCCL.cpp (torch 2.11-2.13, NCCL 2.28) and the runs recorded in shared/semantics.md:
+ProcessGroupNCCL.cpp (torch 2.11-2.13, NCCL 2.28) and runs of this suite on GPUs:
 
 - dtypes: NCCL's table is a whitelist; anything else is TypeError
   "Input tensor data type is not supported for NCCL process group: <ScalarType>", except where

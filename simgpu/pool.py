@@ -1,6 +1,6 @@
 """A warm pool of rank processes: started once, reused for many calls, replaced when it breaks.
 
-Design (shared/design.md, principles 2-4, 6-7):
+Design:
 - Rank processes come from a multiprocessing fork server that imported torch once, so a
   pool of N ranks starts in a fraction of a second and never forks the (threaded) controller.
 - Every call has a deadline. A crash, a hang past the deadline, or ranks left stuck after

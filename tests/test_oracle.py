@@ -1,4 +1,4 @@
-"""The NumPy oracle (conformance/oracle.py) against hand-computed cases (shared/semantics.md section 4).
+"""The NumPy oracle (conformance/oracle.py) against hand-computed cases (NCCL's and torch.distributed's documented semantics).
 
 Every expected value here is worked out by hand or in float64 from the published rules, never by
 calling the oracle's own helpers: the oracle is what is under test.

@@ -16,13 +16,19 @@ EXAMPLE_NAMES = ["comm_demo", "devices_demo", "dist_demo", "dp_ddp_demo", "model
 
 
 def examples_dir() -> Path:
-    """shared/examples beside the checkout (CI), or where SIMGPU_EXAMPLES_DIR points."""
-    candidates = [os.environ.get("SIMGPU_EXAMPLES_DIR"), ROOT.parent / "shared" / "examples"]
-    for c in candidates:
+    """The acceptance scripts: where SIMGPU_EXAMPLES_DIR points, or shared/examples beside the checkout.
+
+    They are not part of this repository (the project's own corpus is examples/programs/, run by
+    tests/test_example_programs.py), so a clone without them skips these tests, saying where it looked.
+    """
+    named = os.environ.get("SIMGPU_EXAMPLES_DIR")
+    if named and not (Path(named) / "comm_demo.py").is_file():
+        raise AssertionError(f"SIMGPU_EXAMPLES_DIR={named} holds no comm_demo.py")
+    for c in (named, ROOT.parent / "shared" / "examples"):
         if c and (Path(c) / "comm_demo.py").is_file():
             return Path(c)
-    raise AssertionError(f"acceptance examples not found; looked in {[str(c) for c in candidates if c]} "
-                         "(set SIMGPU_EXAMPLES_DIR)")
+    pytest.skip(f"acceptance scripts not found beside the checkout ({ROOT.parent / 'shared' / 'examples'}); "
+                "set SIMGPU_EXAMPLES_DIR to run them")
 
 
 def simgpu_run(gpus: int, *args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:

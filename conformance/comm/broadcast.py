@@ -1,4 +1,4 @@
-"""torch.cuda.comm.broadcast and broadcast_coalesced (semantics.md section 1).
+"""torch.cuda.comm.broadcast and broadcast_coalesced (as torch documents them).
 
 broadcast: out[i] is a copy of the tensor on devices[i]; where devices[i] is the tensor's own device the
 entry IS the input (its real view for complex). Devices in any order, repeats allowed (each repeat of

@@ -1,4 +1,4 @@
-"""torch.cuda.nccl: one process driving several GPUs (semantics.md section 2).
+"""torch.cuda.nccl: one process driving several GPUs (as torch documents it).
 
 One cell per function x dtype x RAW NCCL op (0 SUM, 1 PROD, 2 MAX, 3 MIN, 4 AVG: ncclRedOp_t, not
 torch.distributed.ReduceOp), plus one error cell per function. Inputs: one tensor per distinct device,

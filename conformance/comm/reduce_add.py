@@ -1,4 +1,4 @@
-"""torch.cuda.comm.reduce_add and reduce_add_coalesced (semantics.md section 1).
+"""torch.cuda.comm.reduce_add and reduce_add_coalesced (as torch documents them).
 
 reduce_add: the sum, a new tensor on destination (default: the CURRENT device, not cuda:0), which must
 hold one of the inputs; one input is returned as is. Two paths: inputs contiguous on distinct devices go

@@ -1,4 +1,4 @@
-"""torch.cuda.comm.scatter and gather (semantics.md section 1).
+"""torch.cuda.comm.scatter and gather (as torch documents them).
 
 scatter: without chunk_sizes, tensor.chunk(len(devices), dim): chunks of ceil(N/k), so FEWER results
 than devices when the tensor is short; with chunk_sizes, one (possibly empty) chunk per device. The chunk
