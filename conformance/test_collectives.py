@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from conformance.backends import Profile
 from conformance.driver import CaseResult, execute
 from conformance.findings import Finding, known_finding
+from conformance.harness import reproduce_line, run_property, xfail_known
 from conformance.dtypes import DTYPES
 from conformance.oracle import REDUCE_OPS
 from conformance.plugin import session_of
@@ -38,20 +38,6 @@ def matrix_cells(profile: Profile | None) -> list[Cell]:
     return cells
 
 
-# Backends whose examples are cheap enough to shrink: everything else is real hardware, where one failing
-# cell shrank through thousands of examples (GPU run 2: a cell blew a 10-minute budget). --shrink turns
-# shrinking back on there.
-SHRINKING_BACKENDS = ("sim", "gloo")
-
-
-def hypothesis_settings(backend: str, effort: str, shrink: bool) -> settings:
-    """The cell's hypothesis settings: the effort profile, without the shrink phase on real hardware."""
-    base = settings.get_profile(f"simgpu-{effort}")
-    if shrink or backend in SHRINKING_BACKENDS:
-        return base
-    return settings(base, phases=tuple(p for p in base.phases if p != Phase.shrink))
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "cell" in metafunc.fixturenames:
         state = session_of(metafunc.config)
@@ -65,8 +51,6 @@ def test_collective(cell: Cell, conformance) -> None:  # noqa: ANN001 - fixture 
     sizes = conformance.world_sizes(spec)
     known: dict[str, Finding] = {}
 
-    @hypothesis_settings(conformance.backend, conformance.effort, conformance.config.getoption("--shrink"))
-    @given(data=st.data())
     def property_holds(data: st.DataObject) -> None:
         world_size = data.draw(st.sampled_from(sizes), label="world_size")
         case = spec.cases(data.draw, world_size, cell, conformance.profile)
@@ -78,13 +62,10 @@ def test_collective(cell: Cell, conformance) -> None:  # noqa: ANN001 - fixture 
             result = CaseResult("known", f"{finding.id}: {result.detail}", result.layout)
         conformance.report.record(cell.collective, cell.dtype, cell.op, result.layout, result.outcome, result.detail)
         if result.failed:
-            module = f" --backend-module={conformance.backend_module}" if conformance.backend_module else ""
-            reproduce = (f"pytest conformance --backend={conformance.backend}{module} -k '{cell.id()}'"
-                         f" --conformance-profile={conformance.effort}")
+            reproduce = reproduce_line(conformance.backend, conformance.backend_module, cell.id(), conformance.effort)
             raise AssertionError(f"{result.outcome}: {result.detail}\n  case: {case.summary()}\n"
-                                 f"  ranks ran on: {conformance.where()}\n"
-                                 f"  reproduce: {reproduce} (hypothesis prints the seed / @reproduce_failure below)")
+                                 f"  ranks ran on: {conformance.where()}\n  reproduce: {reproduce}")
 
-    property_holds()
-    if known:
-        pytest.xfail("; ".join(f"known finding {f.id}: {f.summary}" for f in known.values()))
+    run_property(property_holds, backend=conformance.backend, cell_id=cell.id(), effort=conformance.effort,
+                 shrink=conformance.config.getoption("--shrink"))
+    xfail_known(known.values())

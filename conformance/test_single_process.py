@@ -11,7 +11,6 @@ from typing import Any, Iterator
 
 import pytest
 import torch
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conformance.comm.cells import SPCell, cells
@@ -20,7 +19,7 @@ from conformance.comm.worker import run_cases
 from conformance.findings import Finding, known_finding
 from conformance.single_process import BACKENDS, DeviceSetup, SingleProcessWorker
 from conformance.spec import Cell
-from conformance.test_collectives import hypothesis_settings  # no shrinking on real hardware (--shrink)
+from conformance.harness import reproduce_line, run_property, xfail_known
 from realgpu.environment import process_environment
 
 FAILING = ("FAIL", "should-work", "broken")
@@ -92,8 +91,6 @@ def check_cell(test: str, cell: SPCell, conformance: Any, worker: SingleProcessW
     def record(variant: str, outcome: str, detail: str) -> None:
         conformance.report.record(cell.api, cell.dtype, cell.op, variant, outcome, detail)
 
-    @settings(hypothesis_settings(conformance.backend, conformance.effort, conformance.config.getoption("--shrink")))
-    @given(data=st.data())
     def property_holds(data: st.DataObject) -> None:
         cases = cell.draw(data.draw, n, cell)
         reply = worker.call(run_cases, cell.run, cases)
@@ -116,11 +113,10 @@ def check_cell(test: str, cell: SPCell, conformance: Any, worker: SingleProcessW
             if outcome in FAILING:
                 failures.append(f"{outcome}: {detail}\n  case: {case.summary()}")
         if failures:
-            reproduce = (f"pytest conformance --backend={conformance.backend} -k '{test}[{cell.id()}]'"
-                         f" --conformance-profile={conformance.effort}")
+            reproduce = reproduce_line(conformance.backend, None, f"{test}[{cell.id()}]", conformance.effort)
             raise AssertionError("\n".join(failures) + f"\n  ran on: {conformance.where()}"
-                                 f"\n  reproduce: {reproduce} (hypothesis prints the seed / @reproduce_failure below)")
+                                 f"\n  reproduce: {reproduce}")
 
-    property_holds()
-    if known:
-        pytest.xfail("; ".join(f"known finding {f.id}: {f.summary}" for f in known.values()))
+    run_property(property_holds, backend=conformance.backend, cell_id=f"{test}/{cell.id()}",
+                 effort=conformance.effort, shrink=conformance.config.getoption("--shrink"))
+    xfail_known(known.values())

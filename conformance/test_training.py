@@ -9,10 +9,9 @@ states the properties and the tolerances.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.test_collectives import hypothesis_settings  # no shrinking on real hardware (--shrink)
+from conformance.harness import reproduce_line, run_property
 from conformance.training.driver import execute_training
 from conformance.training.properties import PROPERTIES
 
@@ -26,8 +25,6 @@ def test_training_property(name: str, dtype: str, conformance) -> None:  # noqa:
     prop = PROPERTIES[name]
     sizes = conformance.world_sizes(prop)  # reads .name and .min_world, as of a CollectiveSpec
 
-    @hypothesis_settings(conformance.backend, conformance.effort, conformance.config.getoption("--shrink"))
-    @given(data=st.data())
     def property_holds(data: st.DataObject) -> None:
         world_size = data.draw(st.sampled_from(sizes), label="world_size")
         case = prop.cases(data.draw, world_size, dtype)
@@ -35,12 +32,11 @@ def test_training_property(name: str, dtype: str, conformance) -> None:  # noqa:
         conformance.report.record(name, dtype, case.optimizer.name, run.result.layout, run.result.outcome,
                                   run.result.detail)
         if run.result.failed:
-            module = f" --backend-module={conformance.backend_module}" if conformance.backend_module else ""
-            reproduce = (f"pytest conformance --backend={conformance.backend}{module} -k '{name}-{dtype}'"
-                         f" --conformance-profile={conformance.effort}")
+            reproduce = reproduce_line(conformance.backend, conformance.backend_module, f"{name}-{dtype}",
+                                       conformance.effort)
             raise AssertionError(f"{run.result.outcome}: {prop.doc}\n" + "\n".join(f"  {ln}" for ln in run.lines)
                                  + f"\n  case: {case.summary()}\n  ranks ran on: {conformance.where()}"
-                                 f"\n  reproduce: {reproduce} "
-                                 f"(hypothesis prints the seed / @reproduce_failure below)")
+                                 f"\n  reproduce: {reproduce}")
 
-    property_holds()
+    run_property(property_holds, backend=conformance.backend, cell_id=f"training/{name}-{dtype}",
+                 effort=conformance.effort, shrink=conformance.config.getoption("--shrink"))
