@@ -16,6 +16,8 @@ import json
 import sys
 from pathlib import Path
 
+from simgpu.collective_facts import bus_factor
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # realgpu's size parser, whichever way the script is started
     sys.path.insert(0, str(REPO_ROOT))
@@ -40,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"single_process_nccl: asked for {n} GPUs; it needs 2 or more and this machine has "
               f"{torch.cuda.device_count()}", file=sys.stderr)
         return 2
-    factor = {"all_reduce": 2 * (n - 1) / n, "broadcast": 1.0}
+    factor = {op: bus_factor(op, n) for op in ("all_reduce", "broadcast")}
     rows = []
     print(f"# torch.cuda.nccl, one process, {n} GPUs, torch {torch.__version__}, NCCL "
           f"{'.'.join(map(str, torch.cuda.nccl.version()))}, {torch.cuda.get_device_name(0)}")

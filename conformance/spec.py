@@ -7,7 +7,7 @@ One entry per collective , in conformance/collectives/<name>.py:
   check_rank(case, me, output, flavor)    the same for one rank alone, where a rank's verdict needs no
                                           other rank's output (the benchmark checks on the ranks)
   expect(profile, case)                   None (must work) or a Reject (must raise that)
-  busbw_factor(n)                         nccl-tests' bus-bandwidth factor
+  busbw_factor(n)                         nccl-tests' bus-bandwidth factor (from simgpu.collective_facts)
 The property tests, the capability matrix and the benchmarks all read these entries.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from conformance.oracle import Verdict
+from simgpu.collective_facts import bus_factor
 
 
 @dataclass(frozen=True)
@@ -98,11 +99,14 @@ class CollectiveSpec:
     run: Callable[..., Any]
     check: Callable[..., list[Verdict]]
     expect: Callable[..., Reject | None]
-    busbw_factor: Callable[[int], float]
     min_world: int = 1
     check_rank: Callable[..., Verdict] | None = None
     available: Callable[[], bool] = lambda: True
     doc: str = ""
+
+    def busbw_factor(self, n: int) -> float:
+        """nccl-tests' bus-bandwidth factor on n ranks (simgpu.collective_facts keeps it once)."""
+        return bus_factor(self.name, n)
 
 
 SPECS: dict[str, CollectiveSpec] = {}

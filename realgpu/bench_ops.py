@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from simgpu.collective_facts import NCCL_TESTS_BINARY
+
 
 # The pattern's period: prime, so a chunk delivered to the wrong offset shows up (chunk sizes are
 # multiples of 16 bytes, never of 61 elements except by accident of the size itself).
@@ -59,9 +61,7 @@ COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
     Collective("sendrecv", "isend_irecv", "none", ("out",)),
 )}
 # nccl-tests' binary names, for the comparison
-NCCL_TESTS_NAMES = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
-                    "broadcast": "broadcast", "reduce": "reduce", "all_to_all": "alltoall", "scatter": "scatter",
-                    "gather": "gather", "sendrecv": "sendrecv"}
+NCCL_TESTS_NAMES = NCCL_TESTS_BINARY
 
 
 def counts(collective: Collective, size: int, elt: int, n: int) -> tuple[int, int]:

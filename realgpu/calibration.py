@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from simgpu.cost_model import (ALIASES, COLLECTIVES, ERROR_DEFINITION, MAIN_COLLECTIVES, SCORED_MIN_BYTES, Machine,
+from simgpu.collective_facts import ALIASES, COLLECTIVES
+from simgpu.cost_model import (ERROR_DEFINITION, MAIN_COLLECTIVES, SCORED_MIN_BYTES, Machine,
                                UnknownMachine, chosen, machine, predict, presets)
 
 # ----------------------------------------------------------------------------- measurements

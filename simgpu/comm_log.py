@@ -160,7 +160,7 @@ def _fmt_us(us: float) -> str:
 
 def summarize(logs: Sequence[dict], machine_name: str) -> dict:
     """Per rank and collective: calls, bytes, predicted GPU time (us), and the eager estimate."""
-    from simgpu import cost_model
+    from simgpu import collective_facts, cost_model
 
     m = cost_model.machine(machine_name)
     ranks: dict[str, dict[str, dict[str, float]]] = {}
@@ -176,7 +176,7 @@ def summarize(logs: Sequence[dict], machine_name: str) -> dict:
             if nbytes < 0:
                 unknown += calls
                 continue
-            name = cost_model.ALIASES.get(op, op)
+            name = collective_facts.ALIASES.get(op, op)
             ranks_in_call = 2 if op in ("send", "recv") else n
             p = cost_model.predict(m, name, nbytes, ranks_in_call, "eager")
             row = per.setdefault(name, {"calls": 0, "bytes": 0, "gpu_us": 0.0, "eager_us": 0.0})
@@ -198,7 +198,7 @@ def summary_lines(logs: Sequence[dict], machine_name: str) -> list[str]:
     head = [f"predicted GPU communication time on {m.summary()}"]
     if not ranks:
         return head + ["no collectives were recorded (did the program use torch.distributed on the simulated GPUs?)"]
-    from simgpu.cost_model import COLLECTIVES
+    from simgpu.collective_facts import COLLECTIVES
 
     names = [c for c in COLLECTIVES if any(c in per for per in ranks.values())]
     width = max(len("collective"), *(len(c) for c in names), len("total"))

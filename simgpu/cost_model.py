@@ -34,32 +34,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from simgpu.collective_facts import ALIASES, PEER_TO_PEER, RING, bus_factors, canonical
+
 PROTOCOLS = ("LL", "LL128", "Simple")
-RING_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
-P2P_COLLECTIVES = ("all_to_all", "scatter", "gather", "sendrecv")
-COLLECTIVES = RING_COLLECTIVES + P2P_COLLECTIVES
+RING_COLLECTIVES = RING
+P2P_COLLECTIVES = PEER_TO_PEER
 MAIN_COLLECTIVES = RING_COLLECTIVES  # the five the error target is set for
 SCORED_MIN_BYTES = 64 * 1024         # the error figures count sizes from here up
 ERROR_DEFINITION = "geometric-mean relative error = exp(mean(log(1 + |pred - meas| / meas))) - 1"
-
-# what the simulator records (comm_log) -> the modelled collective
-ALIASES = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
-           "all_to_all_single": "all_to_all", "all_reduce_coalesced": "all_reduce", "barrier": "all_reduce",
-           "send": "sendrecv", "recv": "sendrecv", "alltoall": "all_to_all"}
-
-
-def bus_factor(collective: str, n: int) -> float:
-    """nccl-tests' bus-bandwidth factor (doc/PERFORMANCE.md): busbw = algbw x factor."""
-    c = ALIASES.get(collective, collective)
-    if n <= 1:
-        return 0.0 if c not in ("broadcast", "reduce", "sendrecv") else 1.0
-    if c == "all_reduce":
-        return 2 * (n - 1) / n
-    if c in ("all_gather", "reduce_scatter", "all_to_all", "scatter", "gather"):
-        return (n - 1) / n
-    if c in ("broadcast", "reduce", "sendrecv"):
-        return 1.0
-    raise KeyError(f"unknown collective {collective!r}; known: {', '.join(COLLECTIVES)}")
 
 
 def ring_hops(collective: str, n: int) -> int:
@@ -250,19 +232,14 @@ def candidate_times(m: Machine, collectives: Sequence[str], nbytes: Any, n: Any,
     fill=False leaves out Simple's pipeline fill: the times NCCL's tuner compares (see chosen)."""
     import numpy as np
 
-    names = [ALIASES.get(c, c) for c in collectives]
-    unknown = sorted({c for c in names if c not in COLLECTIVES})
-    if unknown:
-        raise KeyError(f"unknown collective {unknown[0]!r}; known: {', '.join(COLLECTIVES)}")
+    names = [canonical(c) for c in collectives]
     size = np.asarray(nbytes, dtype=float).reshape(-1)
     ranks = np.asarray(n, dtype=float).reshape(-1) * np.ones_like(size)
     multi = ranks > 1
     safe_n = np.maximum(ranks, 2.0)
     is_ar = np.array([c == "all_reduce" for c in names])
     is_ring = np.array([c in RING_COLLECTIVES for c in names])
-    factor = np.where(is_ar, 2 * (safe_n - 1) / safe_n,
-                      np.where(np.array([c in ("broadcast", "reduce", "sendrecv") for c in names]), 1.0,
-                               (safe_n - 1) / safe_n))
+    factor = bus_factors(names, safe_n)
     passes = np.array([m.passes.get(c, 0.0) for c in names])
     moved = size * factor + passes * size / safe_n          # bytes through the bottleneck link
     hops = np.where(is_ar, 2 * (safe_n - 1), safe_n - 1)

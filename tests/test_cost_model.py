@@ -3,7 +3,6 @@ calibration that made its constants, and the --predict plumbing (simgpu/comm_log
 hook, `simgpu run --predict`)."""
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import pytest
 
 from simgpu import comm_log
 from realgpu import calibration as cal
+from simgpu import collective_facts as facts
 from simgpu import cost_model as cm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,7 +95,7 @@ def test_calibration_reproduces_the_committed_constants(rows, h200) -> None:
 def test_monotonic_in_size_and_never_above_the_link(name: str) -> None:
     m = cm.machine(name)
     sizes = sorted({int(2 ** (k / 4)) for k in range(0, 4 * 31)} | {3 * MiB, 96 * MiB + 7})
-    for c in cm.COLLECTIVES:
+    for c in facts.COLLECTIVES:
         for n in (1, 2, 3, 4, 8):
             for mode in ("gpu", "eager"):
                 times = [cm.predict_us(m, c, s, n, mode) for s in sizes]
@@ -103,7 +103,7 @@ def test_monotonic_in_size_and_never_above_the_link(name: str) -> None:
             if n == 1:
                 continue
             for s in sizes:
-                busbw = s * cm.bus_factor(c, n) / (cm.predict_us(m, c, s, n) * 1e3)
+                busbw = s * facts.bus_factor(c, n) / (cm.predict_us(m, c, s, n) * 1e3)
                 assert busbw <= min(m.bus_bw_gbs, m.link_ceiling_gbs()) * (1 + 1e-9), (name, c, n, s, busbw)
 
 
@@ -120,12 +120,20 @@ def test_the_ring_model_is_nccls_at_its_defaults() -> None:
     assert cm.predict(m, "all_reduce", 4, 4).proto == "LL"  # NCCL: "4 Bytes -> Algo RING proto LL"
 
 
-def test_bus_factors_are_the_conformance_specs() -> None:
+def test_bus_factors_are_nccl_tests_formulas_for_every_name_the_project_uses() -> None:
+    """nccl-tests' doc/PERFORMANCE.md: all_reduce 2(n-1)/n; all_gather, reduce_scatter, alltoall (n-1)/n;
+    broadcast, reduce, sendrecv 1. Every spec and benchmark name must resolve in the one registry."""
+    from conformance.spec import all_specs
     from realgpu.bench_ops import COLLECTIVES
 
-    for name, col in COLLECTIVES.items():
-        for n in (2, 3, 4, 8):
-            assert cm.bus_factor(name, n) == pytest.approx(col.spec().busbw_factor(n)), (name, n)
+    assert facts.bus_factor("all_reduce", 4) == 1.5 and facts.bus_factor("allreduce", 8) == 1.75
+    assert facts.bus_factor("all_gather_into_tensor", 8) == 0.875 and facts.bus_factor("alltoall", 2) == 0.5
+    assert facts.bus_factor("broadcast", 8) == facts.bus_factor("send", 2) == 1.0
+    assert facts.bus_factor("barrier", 4) == 0.0 and facts.bus_factor("gather_object", 4) == 0.0
+    for name in [*all_specs(), *COLLECTIVES]:
+        facts.bus_factor(name, 4)  # KeyError for a name the registry does not know
+    with pytest.raises(KeyError, match="unknown collective 'all_reduce_twice'"):
+        facts.bus_factor("all_reduce_twice", 4)
 
 
 def test_unknown_machine_is_one_line_naming_the_presets(tmp_path: Path) -> None:
@@ -187,7 +195,7 @@ def test_nccl_tests_cross_check(h200, folder: str) -> None:
     import dataclasses
 
     nt = cal.load_nccl_tests(RESULTS / folder)
-    assert {(r.collective, r.n, r.mode) for r in nt} >= {(c, n, m) for c in cm.COLLECTIVES for n in (2, 4)
+    assert {(r.collective, r.n, r.mode) for r in nt} >= {(c, n, m) for c in facts.COLLECTIVES for n in (2, 4)
                                                           for m in ("eager", "graph")}
     bare = dataclasses.replace(h200, call_overhead_us=0.0, host_floor_us={})
     big = lambda r: r.collective in cm.MAIN_COLLECTIVES and r.mode == "eager" and r.size >= cal.GPU_BOUND_MIN_BYTES  # noqa: E731
@@ -245,7 +253,7 @@ def test_the_sim_backend_records_bytes_as_nccl_tests_counts_them(tmp_path: Path)
     for log in logs:
         got = {}
         for op, group, nbytes, calls in log["calls"]:
-            got.setdefault(cm.ALIASES.get(op, op), []).append((op, group, nbytes, calls))
+            got.setdefault(facts.ALIASES.get(op, op), []).append((op, group, nbytes, calls))
         for name, col in COLLECTIVES.items():
             _, total = counts(col, size, 4, n)
             if name == "sendrecv":

@@ -13,7 +13,8 @@ PACKAGES = ("simgpu", "realgpu", "conformance", "benchmarks")
 
 # bottom to top: a module may import its own layer and those below
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("devices", ("realgpu", "realgpu.leases", "realgpu.environment", "simgpu.torch_support")),
+    ("facts and devices", ("simgpu.collective_facts", "realgpu", "realgpu.leases", "realgpu.environment",
+                           "simgpu.torch_support")),
     ("simulator", ("simgpu.nccl_rules", "simgpu.strict", "simgpu.faults", "simgpu.p2p_pairs", "simgpu.backend",
                    "simgpu.comm_log", "simgpu.cost_model", "simgpu.cuda_sim")),
     ("ranks", ("simgpu", "simgpu.pool", "simgpu.rank", "simgpu.outcomes", "simgpu.attach", "simgpu.in_step",

@@ -102,10 +102,10 @@ def check_tensor(case: Case, me: int, out: dict, flavor: str) -> Verdict:
 register(CollectiveSpec(
     name="all_gather", family="data", cases=list_cases, run=run_list, check=check_list,
     expect=lambda profile, case: expect(profile, case, "uneven" if case.params["uneven"] else ""),
-    busbw_factor=lambda n: (n - 1) / n, doc=__doc__))
+    doc=__doc__))
 for _name, _run in (("all_gather_into_tensor", run_all_gather_into_tensor),
                     ("all_gather_single", run_all_gather_single)):
     register(CollectiveSpec(
         name=_name, family="data", cases=tensor_cases, run=_run, check=per_rank(check_tensor), check_rank=check_tensor,
         expect=lambda profile, case: expect(profile, case, "stacked_output" if case.params["stacked"] else ""),
-        busbw_factor=lambda n: (n - 1) / n, available=has_dist(_name), doc=__doc__))
+        available=has_dist(_name), doc=__doc__))

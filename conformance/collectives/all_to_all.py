@@ -112,7 +112,7 @@ def check_single(case: Case, me: int, out: dict, flavor: str) -> Verdict:
 
 register(CollectiveSpec(
     name="all_to_all", family="data", cases=list_cases, run=run_list, check=check_list,
-    expect=lambda profile, case: expect(profile, case, "uneven" if case.params["uneven"] else ""), busbw_factor=lambda n: (n - 1) / n, doc=__doc__))
+    expect=lambda profile, case: expect(profile, case, "uneven" if case.params["uneven"] else ""), doc=__doc__))
 register(CollectiveSpec(
     name="all_to_all_single", family="data", cases=single_cases, run=run_single, check=per_rank(check_single), check_rank=check_single,
-    expect=lambda profile, case: expect(profile, case), busbw_factor=lambda n: (n - 1) / n, doc=__doc__))
+    expect=lambda profile, case: expect(profile, case), doc=__doc__))

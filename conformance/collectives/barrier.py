@@ -49,4 +49,4 @@ def check(case: Case, outputs: list[dict], flavor: str) -> list[Verdict]:
 
 
 register(CollectiveSpec(name="barrier", family="control", cases=cases, run=run, check=check,
-                        expect=lambda profile, case: None, busbw_factor=lambda n: 0.0, doc=__doc__))
+                        expect=lambda profile, case: None, doc=__doc__))

@@ -130,10 +130,10 @@ def check_ring(case: Case, r: int, out: Any, flavor: str) -> Verdict:
 
 register(CollectiveSpec(
     name="send_recv", family="data", cases=pair_cases, run=run_pair, check=check_pair, expect=expect_pair,
-    busbw_factor=lambda n: 1.0, doc=__doc__))
+    doc=__doc__))
 register(CollectiveSpec(
     name="isend_irecv", family="data", cases=ring_cases, run=run_ring, check=per_rank(check_ring), check_rank=check_ring,
-    expect=lambda profile, case: expect(profile, case), busbw_factor=lambda n: 1.0, min_world=2, doc=__doc__))
+    expect=lambda profile, case: expect(profile, case), min_world=2, doc=__doc__))
 register(CollectiveSpec(
     name="batch_isend_irecv", family="data", cases=ring_cases, run=run_batch, check=per_rank(check_ring), check_rank=check_ring,
-    expect=lambda profile, case: expect(profile, case), busbw_factor=lambda n: 1.0, min_world=2, doc=__doc__))
+    expect=lambda profile, case: expect(profile, case), min_world=2, doc=__doc__))

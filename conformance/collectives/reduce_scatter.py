@@ -96,10 +96,9 @@ def check_tensor(case: Case, me: int, out: dict, flavor: str) -> Verdict:
 register(CollectiveSpec(
     name="reduce_scatter", family="reduce", cases=list_cases, run=run_list, check=check_list,
     expect=lambda profile, case: expect(profile, case, "uneven" if case.params["uneven"] else ""),
-    busbw_factor=lambda n: (n - 1) / n, doc=__doc__))
+    doc=__doc__))
 for _name, _run in (("reduce_scatter_tensor", run_reduce_scatter_tensor),
                     ("reduce_scatter_single", run_reduce_scatter_single)):
     register(CollectiveSpec(
         name=_name, family="reduce", cases=tensor_cases, run=_run, check=per_rank(check_tensor), check_rank=check_tensor,
-        expect=lambda profile, case: expect(profile, case), busbw_factor=lambda n: (n - 1) / n,
-        available=has_dist(_name), doc=__doc__))
+        expect=lambda profile, case: expect(profile, case), available=has_dist(_name), doc=__doc__))
