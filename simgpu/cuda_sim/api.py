@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import torch
 
-from simgpu.cuda_sim import devices
+from simgpu.cuda_sim import devices, legacy_types
 from simgpu.cuda_sim.devices import SimulationError
 
 CAPABILITY = (9, 0)
@@ -545,6 +545,8 @@ def install() -> None:
         setattr(torch.cuda.nvtx, name, getattr(ranges, name))
     torch.cuda.nvtx.range_end = _nothing
     torch.cuda.nvtx.mark = _nothing
+    for name, legacy in legacy_types.CUDA_TYPES.items():  # torch.cuda.FloatTensor(3), isinstance(t, ...)
+        setattr(torch.cuda, name, legacy)
     torch.Generator = Generator  # type: ignore[misc]
     torch.cuda._initialized = True
     if hasattr(torch, "accelerator"):

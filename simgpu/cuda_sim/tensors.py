@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from simgpu.cuda_sim import api, attention, devices, placement
+from simgpu.cuda_sim import api, attention, devices, legacy_types, placement
 from simgpu.cuda_sim.placement import suspended  # noqa: F401  (the simulator's plumbing imports it from here)
 
 TensorBase = torch._C.TensorBase
@@ -186,6 +186,23 @@ def _subclass_to(self: torch.Tensor, args: tuple, kwargs: dict) -> torch.Tensor:
     return _original["to"](self, device=_cuda_device(target), **kwargs)
 
 
+def _type(self: torch.Tensor, dtype: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
+    """Tensor.type(): the type name (torch.cuda.FloatTensor on a simulated GPU), or a conversion to a
+    legacy type, the CUDA ones included (onto the current GPU, as CUDA does)."""
+    if not _plain(self):
+        return _original["type"](self, dtype, non_blocking, **kwargs)
+    here = devices.device_of(self)
+    if dtype is None:
+        return legacy_types.type_name(self, here is not None) or _original["type"](self)
+    legacy = legacy_types.parse(dtype)
+    if legacy is None:
+        return _original["type"](self, dtype, non_blocking, **kwargs)
+    dtype, on_gpu = legacy
+    target = (here if here is not None else devices.current()) if on_gpu else None
+    converted = TensorBase.to(self, dtype=dtype) if self.dtype != dtype else self
+    return _transfer(converted, target)
+
+
 def _type_as(self: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     if not (_plain(self) and _plain(other)):
         return _original["type_as"](self, other)
@@ -240,7 +257,7 @@ def _make_wrapper_subclass(cls: type, *args: Any, **kwargs: Any) -> torch.Tensor
 
 
 _TENSOR_METHODS: dict[str, Callable] = {
-    "cuda": _cuda, "cpu": _cpu, "to": _to, "type_as": _type_as, "numpy": _numpy, "__array__": _array,
+    "cuda": _cuda, "cpu": _cpu, "to": _to, "type": _type, "type_as": _type_as, "numpy": _numpy, "__array__": _array,
     "pin_memory": _pin_memory, "is_pinned": _is_pinned, "record_stream": _record_stream,
 }
 

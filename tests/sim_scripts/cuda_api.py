@@ -36,6 +36,18 @@ for reentrant in (False, True):
         assert p.grad.device == torch.device("cuda:1") and torch.allclose(p.grad, e), reentrant
     model.zero_grad()
 
+# legacy CUDA tensor types, as older training code builds tensors
+z = torch.cuda.FloatTensor(3).fill_(1.0)
+assert z.device == torch.device("cuda:0") and z.type() == "torch.cuda.FloatTensor" and z.cpu().type() == "torch.FloatTensor"
+assert isinstance(z, torch.cuda.FloatTensor) and not isinstance(z, torch.cuda.LongTensor)
+assert not isinstance(z.cpu(), torch.cuda.FloatTensor) and torch.cuda.LongTensor([1, 2]).sum().item() == 3
+w = torch.ones(2, requires_grad=True)
+moved = w.type(torch.cuda.DoubleTensor)
+assert moved.device == torch.device("cuda:0") and moved.dtype == torch.float64 and z.type(torch.FloatTensor).device.type == "cpu"
+moved.sum().backward()
+assert w.grad.device.type == "cpu" and w.grad.tolist() == [1.0, 1.0]
+assert z.type("torch.cuda.HalfTensor").dtype == torch.float16
+
 # torch.compile's dynamo (torch <= 2.12, imported by FSDP2 and DTensor) reads these off Tensor.grad's
 # getter at import, which simgpu replaces: they must say what the C getter says
 getter = torch.Tensor.grad.__get__
