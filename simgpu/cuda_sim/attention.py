@@ -1,4 +1,9 @@
-"""scaled_dot_product_attention on DTensors, as tensor-parallel programs call it.
+"""scaled_dot_product_attention on simulated GPUs: on DTensors, as tensor-parallel programs call it,
+and under a program's choice of GPU kernels (sdpa_kernel).
+
+A program may allow only kernels the host lacks (EFFICIENT_ATTENTION: torch has no CPU version), which
+on the host is "No viable backend". The kernels compute the same attention (they differ in rounding,
+as GPU kernels do among themselves), so the call then runs on the host's kernels (flash, math).
 
 On a GPU, SDPA on DTensors dispatches to the flash or efficient CUDA kernels, for which DTensor
 has sharding rules; on the host torch picks its CPU flash kernel, for which DTensor has none
@@ -39,14 +44,27 @@ def sdpa(original: Callable, args: tuple, kwargs: dict) -> Any:
     query, key, value = (list(args) + [kwargs.get(n) for n in ("query", "key", "value")][len(args):])[:3]
     dtensor = _dtensor_type()
     if not all(isinstance(t, dtensor) for t in (query, key, value)):
-        return original(*args, **kwargs)
+        return _on_host_kernels(original, args, kwargs)
     mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
     placements = query.placements
     if (key.placements != placements or value.placements != placements or query.device_mesh != key.device_mesh
             or query.dim() != 4 or not _shardable(placements, 4) or isinstance(mask, dtensor)):
-        return original(*args, **kwargs)
-    local_args = [query.to_local(), key.to_local(), value.to_local(), *args[3:]]
-    out = original(*local_args, **{k: v for k, v in kwargs.items() if k not in ("query", "key", "value")})
+        return _on_host_kernels(original, args, kwargs)
+    local_args = (query.to_local(), key.to_local(), value.to_local(), *args[3:])
+    out = _on_host_kernels(original, local_args, {k: v for k, v in kwargs.items() if k not in ("query", "key", "value")})
     shape = query.shape[:-1] + value.shape[-1:]
     stride = torch.empty(shape, device="meta").stride()
     return dtensor.from_local(out, query.device_mesh, placements, run_check=False, shape=shape, stride=stride)
+
+
+def _on_host_kernels(original: Callable, args: tuple, kwargs: dict) -> Any:
+    """SDPA as the program asked; if it allowed only GPU kernels the host lacks, on the host's kernels."""
+    try:
+        return original(*args, **kwargs)
+    except RuntimeError as exc:
+        if "No viable backend for scaled_dot_product_attention" not in str(exc):
+            raise
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]):
+            return original(*args, **kwargs)

@@ -48,6 +48,15 @@ moved.sum().backward()
 assert w.grad.device.type == "cpu" and w.grad.tolist() == [1.0, 1.0]
 assert z.type("torch.cuda.HalfTensor").dtype == torch.float16
 
+# attention restricted to a GPU-only kernel (no CPU memory-efficient attention) runs on the host's kernels
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+q = torch.randn(2, 4, 16, 8, device="cuda")
+with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+    fast = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+with sdpa_kernel(SDPBackend.MATH):
+    math = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+assert fast.device == q.device and torch.allclose(fast, math, atol=1e-5)
+
 # torch.compile's dynamo (torch <= 2.12, imported by FSDP2 and DTensor) reads these off Tensor.grad's
 # getter at import, which simgpu replaces: they must say what the C getter says
 getter = torch.Tensor.grad.__get__
