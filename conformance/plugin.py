@@ -147,11 +147,18 @@ class ConformanceSession:
             self.report.environment = {k: v for k, v in env.items() if k not in ("world_size", "host")}
 
     def close(self) -> None:
+        """Close every pool (all of them, even if one reports a rank that died), then re-raise the first error."""
+        errors = []
         for pool in self.pools.values():
-            pool.close()
+            try:
+                pool.close()
+            except RankPoolError as exc:
+                errors.append(exc)
         self.pools.clear()
         if self.attached is not None:
             self.attached.close()
+        if errors:
+            raise errors[0]
 
 
 def _attached_ranks(config: pytest.Config) -> Any:
@@ -273,7 +280,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session.config.stash.get(_SESSION, None)
     if state is None:
         return
-    state.close()
+    try:
+        state.close()
+    except RankPoolError as exc:
+        from simgpu.testing import fail_session
+
+        fail_session(session, exc)
     if hasattr(session.config, "workeroutput"):  # an xdist worker: ship records to the controller
         session.config.workeroutput[REPORT_KEY] = state.report.to_transport()
 

@@ -224,7 +224,8 @@ class SimProcessGroup(dist.ProcessGroup):
                  devices: Sequence[str] | None = None, strict_timeout: float | None = None):
         super().__init__(rank, size)
         self._gloo = _make_gloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
-        self._strict = StrictChecker(store, rank, size, label=self._label, default_timeout=strict_timeout)
+        self._strict = StrictChecker(store, rank, size, label=self._label, default_timeout=strict_timeout,
+                                     global_rank=self._global_rank)
         self._pairs = PairRendezvous(store, rank, label=self._label, global_rank=self._global_rank)
         self._local = threading.local()  # .checked: the current call has passed the strict check
         self._loopback: dict[int, collections.deque] = {}  # messages this rank sent to itself, by tag

@@ -23,6 +23,7 @@ import signal
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable, Protocol
 
 _PRELOAD = ["torch", "torch.distributed", "simgpu.rank"]
@@ -89,6 +90,7 @@ class RankOutcome:
     traceback: str | None = None
     seconds: float = 0.0
     poisoned: bool = False  # the error left the process group unusable (exception's poisons_process_group)
+    missing_ranks: list[int] | None = None  # a strict timeout: the global ranks that never arrived
 
     def describe(self) -> str:
         if self.ok:
@@ -158,13 +160,18 @@ class LocalProcess:
         return [self.process.sentinel]
 
     def is_alive(self) -> bool:
-        return self.process.is_alive()
+        """Alive and not a zombie: the fork server reports an exit status moments after the exit itself."""
+        return self.process.is_alive() and not _is_zombie(self.process.pid)
 
     def join(self, timeout: float) -> None:
         self.process.join(timeout)
 
     def exit_note(self) -> str:
         return _exit_note(self.process)
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.process.exitcode
 
     def request_stack(self) -> None:
         """faulthandler (registered on SIGUSR1 by the rank) writes every thread's stack to the diag pipe."""
@@ -245,6 +252,7 @@ class RankPool:
         self._ranks: list[_Rank] = []
         self.starts = 0
         self.calls = 0
+        self._last_call = "no call yet"
 
     # ----------------------------------------------------------------- lifecycle
     @property
@@ -313,9 +321,16 @@ class RankPool:
         raise RankPoolError("start failure", summary, cause, others, stacks, outcomes)
 
     def close(self, force: bool = False) -> None:
-        """Stop every rank: politely (destroy_process_group) unless force, then kill what is left."""
+        """Stop every rank: politely (destroy_process_group) unless force, then kill what is left.
+
+        A polite close of ranks one of which died after its last answer (or exits with an error
+        while closing) raises RankPoolError after everything is stopped: the last call's success
+        was not the whole story.
+        """
         ranks, self._ranks = self._ranks, []
+        dead: list[_Rank] = []
         if not force:
+            dead = [rk for rk in ranks if not rk.process.is_alive()]
             for rk in ranks:
                 try:
                     rk.conn.send(("close",))
@@ -324,37 +339,93 @@ class RankPool:
             deadline = time.monotonic() + 5.0
             for rk in ranks:
                 rk.process.join(max(deadline - time.monotonic(), 0))
+            dead += [rk for rk in ranks if rk not in dead and getattr(rk.process, "exitcode", 0) not in (0, None)]
         for rk in ranks:
             rk.process.kill()
             rk.conn.close()
             rk.diag.close()
+        if dead:
+            notes = ", ".join(f"rank {rk.rank} {rk.process.exit_note()}" for rk in sorted(dead, key=lambda r: r.rank))
+            raise RankPoolError("crash", f"{notes} after answering {self._last_call} (found when the pool closed)",
+                                sorted(rk.rank for rk in dead),
+                                sorted(set(range(self.world_size)) - {rk.rank for rk in dead}), {},
+                                [None] * self.world_size)
 
     def __enter__(self) -> "RankPool":
         self.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.close(force=True)  # the exception on its way out says what went wrong
 
     def pids(self) -> list[int]:
         return [rk.process.pid for rk in self._ranks]
 
     # ----------------------------------------------------------------- calls
-    def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> list[RankOutcome]:
-        """Run fn(ctx, *args) on every rank; same args everywhere (ranks pick their part by ctx.rank)."""
-        return self.run_per_rank(fn, [args] * self.world_size, timeout=timeout)
+    def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None,
+            label: str | None = None) -> list[RankOutcome]:
+        """Run fn(ctx, *args) on every rank; same args everywhere (ranks pick their part by ctx.rank).
+
+        label: how messages name the call (default fn's module.qualname)."""
+        return self.run_per_rank(fn, [args] * self.world_size, timeout=timeout, label=label)
 
     def run_per_rank(self, fn: Callable[..., Any], per_rank_args: list[tuple],
-                     timeout: float | None = None) -> list[RankOutcome]:
-        """Run fn(ctx, *per_rank_args[r]) on rank r, for every rank, under one deadline."""
+                     timeout: float | None = None, label: str | None = None) -> list[RankOutcome]:
+        """Run fn(ctx, *per_rank_args[r]) on rank r, for every rank, under one deadline.
+
+        Every call is either read in full (one reply per rank, tagged with this call's number) or,
+        when anything interrupts it (a signal, KeyboardInterrupt, pytest-timeout), the ranks are torn
+        down before the exception goes on: a later call never reads an earlier call's replies.
+        """
         if len(per_rank_args) != self.world_size:
             raise ValueError(f"per_rank_args has {len(per_rank_args)} entries for {self.world_size} ranks")
+        payloads = _payloads(fn, per_rank_args)  # an unpicklable argument fails here, before anything is sent
         self.start()
+        self.check_alive()
         self.calls += 1
+        self._last_call = f"call #{self.calls} ({label or _name_of(fn)})"
         timeout = self.timeout if timeout is None else timeout
-        for rk, args in zip(self._ranks, per_rank_args):
+        try:
+            outcomes = self._exchange(self.calls, payloads, timeout)
+            self._check_alive_after(outcomes)
+        except RankPoolError:
+            raise  # the pool was torn down by _break
+        except BaseException:
+            self.close(force=True)  # interrupted mid-call: replies may still be queued; never reuse these ranks
+            raise
+        if any(o is not None and o.poisoned for o in outcomes):
+            self.close(force=True)  # the next call starts fresh ranks with a fresh process group
+        return outcomes  # type: ignore[return-value]
+
+    def check_alive(self) -> None:
+        """Raise RankPoolError (pool torn down) if a rank died since it last answered: the call it
+        answered is named, so the failure points at the code that killed it, not at the next call."""
+        dead = [rk for rk in self._ranks if not rk.process.is_alive()]
+        if dead:
+            for rk in dead:
+                rk.process.join(1.0)
+            notes = ", ".join(f"rank {rk.rank} {rk.process.exit_note()}" for rk in dead)
+            self._break("crash", f"{notes} after answering {self._last_call}", sorted(rk.rank for rk in dead),
+                        sorted(set(range(self.world_size)) - {rk.rank for rk in dead}), [None] * self.world_size)
+
+    def _check_alive_after(self, outcomes: list[RankOutcome | None]) -> None:
+        """Every rank answered; one that exited right after answering fails this call (not the next)."""
+        dead = [rk for rk in self._ranks if not rk.process.is_alive()]
+        if dead:
+            for rk in dead:
+                rk.process.join(1.0)
+            notes = ", ".join(f"rank {rk.rank} {rk.process.exit_note()} right after answering" for rk in dead)
+            self._break("crash", notes, sorted(rk.rank for rk in dead),
+                        sorted(set(range(self.world_size)) - {rk.rank for rk in dead}), outcomes)
+
+    def _exchange(self, call_id: int, payloads: list[bytes], timeout: float) -> list[RankOutcome | None]:
+        """Send the call to every rank, then read exactly one reply from each (or break the pool)."""
+        for rk, payload in zip(self._ranks, payloads):
             try:
-                rk.conn.send(("call", fn, args))
+                _send(rk.conn, ("call", call_id, payload))
             except (BrokenPipeError, ConnectionResetError):
                 pass  # seen below as a crash
         outcomes: list[RankOutcome | None] = [None] * self.world_size
@@ -368,24 +439,18 @@ class RankPool:
             waitables = list(pending) + [s for rk in pending.values() for s in rk.process.sentinels()]
             ready = wait(waitables, max(limit - now, 0))
             if not ready:
-                waiting = sorted(rk.rank for rk in pending.values())
-                if first_error_at is not None:
-                    self._break("hang after error",
-                                f"rank(s) {error_order} raised; rank(s) {waiting} were still running"
-                                f" {self.straggler_grace:.1f}s later (probably blocked in a collective)",
-                                error_order, waiting, outcomes)
-                self._break("timeout", f"rank(s) {waiting} did not finish within {timeout:.1f}s",
-                            waiting, sorted(set(range(self.world_size)) - set(waiting)), outcomes)
+                self._stopped(sorted(rk.rank for rk in pending.values()), error_order, first_error_at,
+                              timeout, outcomes)
             dead = []
             for conn in [c for c in ready if c in pending]:
                 rk = pending[conn]
-                msg = _recv_or_none(conn)
-                if msg is None:
+                outcome = _read_reply(rk, call_id)
+                if outcome is None:
                     dead.append(rk)
                     continue
                 del pending[conn]
-                outcomes[rk.rank] = _outcome(rk.rank, msg)
-                if not outcomes[rk.rank].ok:
+                outcomes[rk.rank] = outcome
+                if not outcome.ok:
                     error_order.append(rk.rank)
                     if first_error_at is None:
                         first_error_at = time.monotonic()
@@ -398,9 +463,35 @@ class RankPool:
                 notes = ", ".join(f"rank {rk.rank} {rk.process.exit_note()}" for rk in dead)
                 self._break("crash", notes, error_order + dead_ranks,
                             sorted(set(range(self.world_size)) - set(dead_ranks) - set(error_order)), outcomes)
-        if any(o is not None and o.poisoned for o in outcomes):
-            self.close(force=True)  # the next call starts fresh ranks with a fresh process group
-        return outcomes  # type: ignore[return-value]
+        return outcomes
+
+    def _stopped(self, waiting: list[int], error_order: list[int], first_error_at: float | None,
+                 timeout: float, outcomes: list[RankOutcome | None]) -> None:
+        """Some ranks never answered: break the pool, blaming whoever actually stopped the group.
+
+        Ranks that raised a strict CollectiveTimeout name the ranks that never arrived: when those
+        are exactly the ones still running, the raisers were only waiting for them (a quiet hang).
+        """
+        missing = set()
+        for rank in error_order:
+            out = outcomes[rank]
+            if out is None or not out.missing_ranks:
+                missing = set()
+                break
+            missing |= set(out.missing_ranks)
+        if first_error_at is not None and not (missing and missing <= set(waiting)):
+            self._break("hang after error",
+                        f"rank(s) {error_order} raised; rank(s) {waiting} were still running"
+                        f" {self.straggler_grace:.1f}s later (probably blocked in a collective)",
+                        error_order, waiting, outcomes)
+        if first_error_at is not None:
+            cause = sorted(missing)
+            self._break("timeout", f"rank(s) {cause} never reached the collective that rank(s) {error_order} "
+                                   f"waited in until their strict timeout (still running "
+                                   f"{self.straggler_grace:.1f}s later)",
+                        cause, sorted(set(range(self.world_size)) - set(cause)), outcomes)
+        self._break("timeout", f"rank(s) {waiting} did not finish within {timeout:.1f}s",
+                    waiting, sorted(set(range(self.world_size)) - set(waiting)), outcomes)
 
     def _break(self, kind: str, summary: str, cause: list[int], collateral: list[int],
                outcomes: list[RankOutcome | None]) -> None:
@@ -431,6 +522,65 @@ class RankPool:
         return stacks
 
 
+class UnreadableReply(Exception):
+    """The controller could not unpickle a rank's reply (error_type of that rank's outcome)."""
+
+
+def _payloads(fn: Callable[..., Any], per_rank_args: list[tuple]) -> list[bytes]:
+    """Pickle every rank's call before sending any, naming the rank whose arguments cannot be pickled."""
+    out = []
+    for rank, args in enumerate(per_rank_args):
+        try:
+            out.append(bytes(ForkingPickler.dumps((fn, tuple(args)))))
+        except Exception as exc:
+            raise TypeError(f"RankPool.run: cannot send {_name_of(fn)} to rank {rank}: its function or arguments "
+                            f"{_short_repr(args)} cannot be pickled ({type(exc).__name__}: {exc}); nothing was sent"
+                            ) from exc
+    return out
+
+
+def _short_repr(obj: Any) -> str:
+    try:
+        text = repr(obj)
+    except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real error
+        text = f"<{type(obj).__name__}>"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _name_of(fn: Any) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def _send(conn: Connection, msg: Any) -> None:
+    conn.send(msg)
+
+
+def _recv_bytes(conn: Connection) -> bytes:
+    return conn.recv_bytes()
+
+
+def _read_reply(rk: _Rank, call_id: int) -> RankOutcome | None:
+    """This rank's reply to call `call_id`; None if the rank is gone. A reply the controller cannot
+    unpickle is that rank's failure (the stream stays in step: the whole message was read)."""
+    try:
+        data = _recv_bytes(rk.conn)
+    except (EOFError, OSError):
+        return None
+    try:
+        msg = ForkingPickler.loads(data)
+    except Exception as exc:  # noqa: BLE001 - e.g. a class the controller cannot import
+        return RankOutcome(rk.rank, False, error_type=f"{__name__}.UnreadableReply",
+                           error=f"the controller could not unpickle rank {rk.rank}'s reply: "
+                                 f"{type(exc).__name__}: {exc}")
+    if not (isinstance(msg, tuple) and len(msg) >= 2 and msg[1] == call_id):
+        raise _OutOfStep(f"rank {rk.rank} answered {msg[:2]!r:.80} to call #{call_id}")
+    return _outcome(rk.rank, msg)
+
+
+class _OutOfStep(RuntimeError):
+    """A reply that does not belong to the current call: the pool is torn down (never returned)."""
+
+
 def _recv_or_none(conn: Connection) -> Any:
     try:
         return conn.recv()
@@ -440,9 +590,20 @@ def _recv_or_none(conn: Connection) -> Any:
 
 def _outcome(rank: int, msg: tuple) -> RankOutcome:
     if msg[0] == "ok":
-        return RankOutcome(rank, True, value=msg[1], seconds=msg[2])
-    _, etype, text, tb, seconds, poisoned = msg
-    return RankOutcome(rank, False, error_type=etype, error=text, traceback=tb, seconds=seconds, poisoned=poisoned)
+        _, _, value, seconds = msg
+        return RankOutcome(rank, True, value=value, seconds=seconds)
+    _, _, etype, text, tb, seconds, poisoned, details = msg
+    return RankOutcome(rank, False, error_type=etype, error=text, traceback=tb, seconds=seconds, poisoned=poisoned,
+                       missing_ranks=(details or {}).get("missing_ranks"))
+
+
+def _is_zombie(pid: int) -> bool:
+    """True when `pid` has exited and awaits its parent's wait() (Linux /proc; elsewhere: never known)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def _exit_note(proc: Any) -> str:

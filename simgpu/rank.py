@@ -10,6 +10,7 @@ import ctypes
 import faulthandler
 import importlib
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -179,7 +180,7 @@ def rank_main(rank: int, world_size: int, binding: Any, conn: Any, diag: Any) ->
     try:
         ctx = _init(rank, world_size, binding, conn)
     except BaseException as exc:  # noqa: BLE001 - reported to the controller, then exit
-        conn.send(("init_error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        conn.send(("init_error", f"{type(exc).__name__}: {safe_str(exc)}", traceback.format_exc()))
         os._exit(3)
     conn.send(("ready", None))
     while True:
@@ -189,21 +190,7 @@ def rank_main(rank: int, world_size: int, binding: Any, conn: Any, diag: Any) ->
             os._exit(0)
         if msg[0] == "close":
             break
-        _, fn, args = msg
-        start = time.perf_counter()
-        try:
-            value = fn(ctx, *args)
-            _raise_thread_errors()
-            reply = ("ok", value, time.perf_counter() - start)
-            conn.send(reply)
-        except BaseException as exc:  # noqa: BLE001 - every rank's exception goes back to the controller
-            reply = ("err", _qualname(type(exc)), str(exc), traceback.format_exc(), time.perf_counter() - start,
-                     bool(getattr(exc, "poisons_process_group", False)))
-            try:
-                conn.send(reply)
-            except Exception as send_exc:  # an unpicklable value or exception
-                conn.send(("err", _qualname(type(send_exc)), f"could not send result: {send_exc}",
-                           traceback.format_exc(), time.perf_counter() - start, False))
+        _serve(ctx, conn, *msg[1:])
     try:
         import torch.distributed as dist
 
@@ -212,6 +199,37 @@ def rank_main(rank: int, world_size: int, binding: Any, conn: Any, diag: Any) ->
     finally:
         sys.stdout.flush()
         os._exit(0)
+
+
+def _serve(ctx: RankContext, conn: Any, call_id: int, payload: bytes) -> None:
+    """Run one call and send exactly one reply tagged with its number, whatever the function does."""
+    start = time.perf_counter()
+    try:
+        fn, args = pickle.loads(payload)  # here, not in recv: a function this rank cannot import is its error
+        value = fn(ctx, *args)
+        _raise_thread_errors()
+        conn.send(("ok", call_id, value, time.perf_counter() - start))
+    except BaseException as exc:  # noqa: BLE001 - every rank's exception goes back to the controller
+        details = {"missing_ranks": getattr(exc, "missing_ranks", None)}
+        reply = ("err", call_id, _qualname(type(exc)), safe_str(exc), traceback.format_exc(),
+                 time.perf_counter() - start, bool(getattr(exc, "poisons_process_group", False)), details)
+        try:
+            conn.send(reply)
+        except Exception as send_exc:  # noqa: BLE001 - an unpicklable value or exception
+            conn.send(("err", call_id, _qualname(type(send_exc)), f"could not send result: {safe_str(send_exc)}",
+                       traceback.format_exc(), time.perf_counter() - start, False, None))
+
+
+def safe_str(exc: BaseException) -> str:
+    """str(exc), or a note naming its type when its __str__ itself raises (the rank must still answer)."""
+    try:
+        return str(exc)
+    except BaseException as inner:  # noqa: BLE001
+        try:
+            inner_text = f"{type(inner).__name__}: {inner}"
+        except BaseException:  # noqa: BLE001
+            inner_text = type(inner).__name__
+        return f"<{_qualname(type(exc))}: its __str__ raised {inner_text}>"
 
 
 def _qualname(cls: type) -> str:

@@ -69,6 +69,10 @@ class CollectiveTimeout(RuntimeError):
 
     poisons_process_group = True
 
+    def __init__(self, message: str, missing_ranks: list[int] | None = None):
+        super().__init__(message)
+        self.missing_ranks = missing_ranks  # global ranks that never arrived: the cause, not the raiser
+
 
 def set_timeout(seconds: float | None) -> None:
     """Override the strict deadline for this process (None: back to SIMGPU_STRICT_TIMEOUT / 30 s)."""
@@ -151,9 +155,12 @@ class StrictChecker:
     """Per-group sequence of strict checks over the group's (already prefixed) store."""
 
     def __init__(self, store: dist.Store, rank: int, size: int,
-                 label: Callable[[], str] = lambda: "the process group", default_timeout: float | None = None):
+                 label: Callable[[], str] = lambda: "the process group", default_timeout: float | None = None,
+                 global_rank: Callable[[int], int] = lambda r: r):
         """label() names the group in messages (called only when one is raised); default_timeout
-        replaces the 30 s default (SIMGPU_STRICT_TIMEOUT and set_timeout() still win)."""
+        replaces the 30 s default (SIMGPU_STRICT_TIMEOUT and set_timeout() still win); global_rank
+        maps a group rank to its global rank (a timeout names the missing ranks globally)."""
+        self._global_rank = global_rank
         self.default_timeout = default_timeout
         self.store = store
         self.rank = rank
@@ -263,7 +270,7 @@ class StrictChecker:
         self.store.set(self._key(seq, self.rank), _dumps(tombstone))
         self._broken = (f"simgpu: {self._label()} is unusable: collective #{seq} timed out earlier on this rank; "
                         f"its ranks are out of step (restart them)")
-        raise CollectiveTimeout(message)
+        raise CollectiveTimeout(message, [self._global_rank(r) for r in missing])
 
     def _read(self, seq: int, rank: int) -> dict | None:
         if seq < 1:

@@ -174,7 +174,7 @@ class Ranks:
         __tracebackhide__ = True  # the user's test line and every rank's story, not the plumbing between
         ref = FunctionRef.of(fn)
         try:
-            outcomes = self.pool.run(_call_on_rank, ref, args, timeout=timeout)
+            outcomes = self.pool.run(_call_on_rank, ref, args, timeout=timeout, label=f"{ref.module}.{ref.qualname}")
             if self.backend != "sim" and any(not o.ok for o in outcomes):
                 from conformance.driver import ensure_in_step
 
@@ -241,6 +241,11 @@ def ranks(request: pytest.FixtureRequest) -> Iterator[Ranks]:
     runner = Ranks(_pool(request.config, session, size))
     yield runner
     runner.disarm()
+    if runner.pool.alive:
+        try:
+            runner.pool.check_alive()  # a rank that died after answering fails this test, not the next one
+        except RankPoolError as exc:
+            raise exc.with_traceback(None)
 
 
 _SIM_POOLS = pytest.StashKey[dict]()
@@ -261,8 +266,25 @@ def _pool(config: pytest.Config, session: Any, size: int) -> RankPool:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Close the simulator pools; a rank found dead at close (it died after the last test's answer)
+    fails the run, so a dying last test cannot leave an all-passed report."""
     for pool in session.config.stash.get(_SIM_POOLS, {}).values():
-        pool.close()
+        try:
+            pool.close()
+        except RankPoolError as exc:
+            fail_session(session, exc)
+
+
+def fail_session(session: pytest.Session, exc: BaseException) -> None:
+    """Report an error found after the last test (at pool close) and make the run's exit status say so."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    text = f"simgpu: {exc}"
+    if reporter is not None:
+        reporter.write_sep("=", "simgpu: a rank failed after the last test's answer", red=True)
+        reporter.write_line(text)
+    else:
+        sys.stderr.write(text + "\n")
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _session(config: pytest.Config) -> Any:
