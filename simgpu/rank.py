@@ -118,13 +118,12 @@ def _init(rank: int, world_size: int, binding: Any, conn: Any) -> RankContext:
     if binding.backend == "sim":
         importlib.import_module("simgpu.backend")
     if rank == 0:
-        store = dist.TCPStore("127.0.0.1", 0, world_size, True, timedelta(seconds=binding.init_timeout),
-                              wait_for_workers=False)
+        store = listening_store(world_size, timedelta(seconds=binding.init_timeout))
         conn.send(("store_port", store.port))
     else:
         tag, port = conn.recv()
         assert tag == "store_port", tag
-        store = dist.TCPStore("127.0.0.1", port, world_size, False, timedelta(seconds=binding.init_timeout))
+        store = dist.TCPStore(_store_address(), port, world_size, False, timedelta(seconds=binding.init_timeout))
     device = torch.device("cpu")
     kwargs: dict[str, Any] = {}
     backend = binding.backend
@@ -142,6 +141,45 @@ def _init(rank: int, world_size: int, binding: Any, conn: Any) -> RankContext:
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=binding.init_timeout), **kwargs)
     return RankContext(rank, world_size, binding.backend, device)
+
+
+STORE_HOST_ENV = "SIMGPU_STORE_HOST"  # where rank 0's store listens; default 127.0.0.1 (loopback only)
+
+
+def listening_store(world_size: int, timeout: timedelta) -> Any:
+    """Rank 0's TCPStore, listening on loopback only (torch's own server binds every interface, IPv4
+    and IPv6, whatever host it is given): the socket is bound here and handed over. SIMGPU_STORE_HOST
+    names another address (said on stderr, since anyone who reaches it can use the store)."""
+    import socket
+
+    import torch.distributed as dist
+
+    host = os.environ.get(STORE_HOST_ENV, "").strip() or "127.0.0.1"
+    if host != "127.0.0.1":
+        print(f"simgpu: rank 0's store listens on {host} ({STORE_HOST_ENV}); anyone who reaches it can read and "
+              "write the process group's keys", file=sys.stderr, flush=True)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, 0))
+        sock.listen(1024)
+        port = sock.getsockname()[1]
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"simgpu: rank 0 cannot listen on {host} ({STORE_HOST_ENV}): {exc}") from None
+    fd = sock.detach()  # the store owns the listening socket from here on
+    try:
+        return dist.TCPStore(host, port, world_size, True, timeout, wait_for_workers=False, master_listen_fd=fd)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _store_address() -> str:
+    """Where ranks 1.. reach rank 0's store (a wildcard listening address is reached on loopback)."""
+    host = os.environ.get(STORE_HOST_ENV, "").strip() or "127.0.0.1"
+    return {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
 
 
 class BackgroundThreadError(RuntimeError):
