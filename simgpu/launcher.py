@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -24,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from simgpu import reaper
+from simgpu.pool import GROUP_SECRET_ENV
 
 BOOT_DIR = Path(__file__).resolve().parent / "_boot"
 EXIT_TIMEOUT = 124
@@ -136,7 +138,7 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float | None) -> int:
     """Run cmd; whatever way the run ends (exit, --timeout, Ctrl-C, SIGTERM, this process SIGKILLed),
     every process it started is killed (simgpu.reaper: subreaper, run marker, watchdog)."""
     run_id = reaper.new_run_id()
-    env = {**env, reaper.RUN_ID_ENV: run_id}
+    env = {GROUP_SECRET_ENV: secrets.token_hex(16), **env, reaper.RUN_ID_ENV: run_id}  # strict records' key
     reaper.become_subreaper()
     watchdog = reaper.Watchdog(run_id)
     try:

@@ -16,9 +16,11 @@ Design (shared/design.md, principles 2-4, 6-7):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing as mp
 import multiprocessing.spawn as mp_spawn
 import os
+import secrets
 import signal
 import time
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable, Protocol
 
 _PRELOAD = ["torch", "torch.distributed", "simgpu.rank"]
+GROUP_SECRET_ENV = "SIMGPU_GROUP_SECRET"  # per start of a pool (or per `simgpu run`): signs strict-check records
 _context: Any = None
 
 
@@ -263,9 +266,11 @@ class RankPool:
         """Get the ranks from the source and initialise their process group (bounded by binding.init_timeout)."""
         if self._ranks:
             return
+        # a fresh secret per start: the ranks sign their strict-check records with it (simgpu.strict)
+        binding = dataclasses.replace(self.binding, env=((GROUP_SECRET_ENV, secrets.token_hex(16)), *self.binding.env))
         try:
-            self._ranks = self.source.launch(self.world_size, self.binding)
-            self.source.handshake(self._ranks, self.binding, self._expect)
+            self._ranks = self.source.launch(self.world_size, binding)
+            self.source.handshake(self._ranks, binding, self._expect)
             self._collect_ready()
         except BaseException:
             self.close(force=True)

@@ -36,6 +36,8 @@ check off (the emulation of NCCL's semantics stays on).
 from __future__ import annotations
 
 import functools
+import hashlib
+import hmac
 import json
 import os
 import sys
@@ -47,13 +49,22 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
+from simgpu.pool import GROUP_SECRET_ENV
+
 DEFAULT_TIMEOUT = 30.0
+SECRET_ENV = GROUP_SECRET_ENV  # set by RankPool and `simgpu run` for every rank: records are signed with it
 _KEY_PREFIX = "simgpu/strict"
 _MAX_PAIR_LINES = 8
 _timeout_override: float | None = None
 _SKIP_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch,))
 _SIMGPU_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _SKIP_FILES = ("typing_extensions.py", f"{os.sep}contextlib.py", f"{os.sep}functools.py", f"{os.sep}warnings.py")
+
+
+class ForgedRecord(RuntimeError):
+    """A strict-check record in the group's store that no rank of the group wrote (bad or missing HMAC)."""
+
+    poisons_process_group = True
 
 
 class CollectiveMismatch(RuntimeError):
@@ -161,6 +172,8 @@ class StrictChecker:
         replaces the 30 s default (SIMGPU_STRICT_TIMEOUT and set_timeout() still win); global_rank
         maps a group rank to its global rank (a timeout names the missing ranks globally)."""
         self._global_rank = global_rank
+        secret = os.environ.get(SECRET_ENV, "")
+        self._secret = secret.encode() if secret else None
         self.default_timeout = default_timeout
         self.store = store
         self.rank = rank
@@ -200,7 +213,7 @@ class StrictChecker:
                 raise
             self._timed_out(mine, timeout)
         self._forget_before(seq)
-        calls = [json.loads(v) for v in self.store.multi_get(keys)]
+        calls = [self._open(k, v) for k, v in zip(keys, self.store.multi_get(keys))]
         problems = find_problems(calls)
         if problems:
             if any(c.get("abandoned") for c in calls):
@@ -228,7 +241,8 @@ class StrictChecker:
         self.seq += 1
         mine = {"op": call.op, "seq": self.seq, "rank": self.rank, "site": call.site, "text": call.text,
                 "agree": call.agree, "send": call.send, "recv": call.recv, **extra}
-        self.store.set(self._key(self.seq, self.rank), _dumps(mine))
+        key = self._key(self.seq, self.rank)
+        self.store.set(key, self._seal(key, _dumps(mine)))
         self._own.append(self.seq)
         return mine
 
@@ -267,7 +281,8 @@ class StrictChecker:
                    f"after {timeout:g}s: rank(s) {missing} did not arrive, rank(s) {arrived} did.\n"
                    + "\n".join(lines))
         tombstone = dict(mine, abandoned=True, text=f"abandoned {mine['text']} after a {timeout:g}s timeout")
-        self.store.set(self._key(seq, self.rank), _dumps(tombstone))
+        key = self._key(seq, self.rank)
+        self.store.set(key, self._seal(key, _dumps(tombstone)))
         self._broken = (f"simgpu: {self._label()} is unusable: collective #{seq} timed out earlier on this rank; "
                         f"its ranks are out of step (restart them)")
         raise CollectiveTimeout(message, [self._global_rank(r) for r in missing])
@@ -278,7 +293,30 @@ class StrictChecker:
         key = self._key(seq, rank)
         if not self.store.check([key]):
             return None
-        return json.loads(self.store.get(key))
+        return self._open(key, self.store.get(key))
+
+    # A descriptor is JSON, then (with SIMGPU_GROUP_SECRET set) "|" and the HMAC-SHA256 of key and JSON
+    # under the group's secret: whoever else reaches the store cannot write one the group accepts.
+    def _seal(self, key: str, text: str) -> str:
+        if self._secret is None:
+            return text
+        return f"{text}|{_mac(self._secret, key, text)}"
+
+    def _open(self, key: str, raw: bytes | str) -> dict:
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        if self._secret is not None:
+            body, sep, mac = text.rpartition("|")
+            good = _mac(self._secret, key, body)
+            if not sep or not hmac.compare_digest(mac, good):
+                raise ForgedRecord(f"simgpu: the strict-check record {key!r} of {self._label()} is not signed with "
+                                   f"this group's secret ({SECRET_ENV}): something outside the group wrote it "
+                                   f"to the store; it was not taken as a rank's call")
+            text = body
+        return json.loads(text)
+
+
+def _mac(secret: bytes, key: str, text: str) -> str:
+    return hmac.new(secret, key.encode() + b"\0" + text.encode(), hashlib.sha256).hexdigest()
 
 
 # ----------------------------------------------------------------------------- comparison

@@ -67,3 +67,71 @@ def _all_reduce(ctx) -> float:
     t = torch.ones(1)
     dist.all_reduce(t)
     return t.item()
+
+
+# ----------------------------------------------------------------------------- strict-check records
+def _checkers(monkeypatch: pytest.MonkeyPatch, secret: str | None):
+    import torch.distributed as dist
+
+    from simgpu import strict
+
+    if secret is None:
+        monkeypatch.delenv(strict.SECRET_ENV, raising=False)
+    else:
+        monkeypatch.setenv(strict.SECRET_ENV, secret)
+    store = dist.HashStore()
+    return store, [strict.StrictChecker(store, r, 2, default_timeout=5.0) for r in range(2)]
+
+
+def _all_reduce_call():
+    from simgpu.strict import Call
+
+    return Call("all_reduce", "all_reduce(float32[4], SUM)", agree={"numel": 4, "dtype": "float32", "op": "SUM"},
+                site="here.py:1")
+
+
+FORGED = ('{"op":"broadcast","seq":1,"rank":1,"site":"attacker.py:1","text":"broadcast(float32[4], src=0)",'
+          '"agree":{"numel":4,"dtype":"float32","src":0},"send":null,"recv":null}')
+
+
+def test_signed_records_agree_between_the_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    store, (c0, c1) = _checkers(monkeypatch, "s3cret")
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault(1, c1.check(_all_reduce_call())))
+    t.start()
+    got[0] = c0.check(_all_reduce_call())
+    t.join(30)
+    assert [d["rank"] for d in got[0]] == [0, 1] and got[0] == got[1]
+    assert store.get("simgpu/strict/1/0").decode().rsplit("|", 1)[1]  # a MAC after the JSON
+
+
+def test_a_record_written_from_outside_the_group_is_refused_not_taken_as_a_ranks_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from simgpu import strict
+
+    store, (c0, _) = _checkers(monkeypatch, "s3cret")
+    store.set("simgpu/strict/1/1", FORGED)  # an outsider who reached the store, without the secret
+    with pytest.raises(strict.ForgedRecord, match=r"'simgpu/strict/1/1' .* not signed with this group's secret"):
+        c0.check(_all_reduce_call())
+    forged_mac = FORGED + "|" + "0" * 64
+    store2, (d0, _) = _checkers(monkeypatch, "s3cret")
+    store2.set("simgpu/strict/1/1", forged_mac)
+    with pytest.raises(strict.ForgedRecord):
+        d0.check(_all_reduce_call())
+
+
+def test_pools_and_simgpu_run_give_their_ranks_a_secret() -> None:
+    from simgpu.pool import GROUP_SECRET_ENV
+
+    with RankPool(2, Binding("gloo", init_timeout=60.0), timeout=60.0) as pool:
+        secrets_seen = [o.value for o in pool.run(_secret)]
+    assert secrets_seen[0] and secrets_seen[0] == secrets_seen[1] and len(secrets_seen[0]) == 32
+    assert GROUP_SECRET_ENV not in os.environ  # the controller's own environment is untouched
+
+
+def _secret(ctx) -> str:
+    from simgpu.pool import GROUP_SECRET_ENV
+
+    return os.environ.get(GROUP_SECRET_ENV, "")
