@@ -135,3 +135,75 @@ def _secret(ctx) -> str:
     from simgpu.pool import GROUP_SECRET_ENV
 
     return os.environ.get(GROUP_SECRET_ENV, "")
+
+
+# ----------------------------------------------------------------------------- the --attach controller
+def test_attach_authenticates_concurrently_and_cuts_slow_peers_off_naming_why(capsys: pytest.CaptureFixture) -> None:
+    import threading
+    import time
+
+    from simgpu import attach
+
+    ranks = attach.AttachedRanks("127.0.0.1:0", key=b"the-key", handshake_timeout=5.0)
+    stop = threading.Event()
+    try:
+        silent = socket.create_connection(("127.0.0.1", ranks.port))  # connects, never says a word
+        trickler = socket.create_connection(("127.0.0.1", ranks.port))
+
+        def trickle() -> None:  # announces a 200-byte answer, then sends it a byte now and then
+            trickler.sendall(struct.pack("!i", 200))
+            while not stop.is_set():
+                try:
+                    trickler.sendall(b"\0")
+                except OSError:
+                    return
+                stop.wait(0.3)
+
+        threading.Thread(target=trickle, daemon=True).start()
+        hello = {"rank": 0, "role": "calls", "world_size": 1, "restart": 0, "host": "here", "pid": os.getpid()}
+        real = attach._connect("127.0.0.1", ranks.port, b"the-key", time.monotonic() + 30, hello)
+        conn, info = ranks._arrived.get(timeout=30)
+        assert info["rank"] == 0 and info["role"] == "calls"
+        assert "refused" not in capsys.readouterr().err  # served while both strangers were still connected
+        for stranger in (silent, trickler):  # both are cut off at the bound, whatever they send
+            stranger.settimeout(60)
+            while True:
+                try:
+                    if not stranger.recv(4096):
+                        break
+                except ConnectionError:
+                    break
+        deadline = time.monotonic() + 30
+        err = ""
+        while err.count("did not finish within 5 s") < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            err += capsys.readouterr().err
+        assert err.count("simgpu.attach: refused a connection from 127.0.0.1: the handshake did not finish "
+                         "within 5 s") == 2, err
+        real.close()
+        conn.close()
+    finally:
+        stop.set()
+        ranks.close()
+
+
+def test_attach_names_a_wrong_key() -> None:
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent('''
+        import os, time
+        from multiprocessing import AuthenticationError
+        from simgpu import attach
+        ranks = attach.AttachedRanks("127.0.0.1:0", key=b"right", handshake_timeout=10.0)
+        hello = {"rank": 0, "role": "calls", "world_size": 1, "restart": 0, "host": "h", "pid": os.getpid()}
+        try:
+            attach._connect("127.0.0.1", ranks.port, b"wrong", time.monotonic() + 10, hello)
+        except AuthenticationError:
+            pass
+        time.sleep(1.0)  # let the controller's thread print before this process exits
+    ''')
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert "simgpu.attach: refused a connection from 127.0.0.1: wrong key while" in done.stderr, done.stderr
