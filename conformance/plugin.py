@@ -72,7 +72,8 @@ class ConformanceSession:
         if self.attached is not None:
             self.max_world: int = config.getoption("--attach-world-size")
         else:
-            max_world = config.getoption("--max-world-size") or DEFAULT_MAX_WORLD
+            given = config.getoption("--max-world-size")
+            max_world = DEFAULT_MAX_WORLD if given is None else given
             if not 1 <= max_world <= 8:
                 raise pytest.UsageError(f"--max-world-size must be between 1 and 8, got {max_world}")
             if self.backend == "nccl":
@@ -241,11 +242,23 @@ def pytest_configure(config: pytest.Config) -> None:
     if _runs_conformance(config):
         check_backend(config.getoption("--backend"), config.getoption("--backend-module"),
                       local_ranks=config.getoption("--attach") is None)
+    _check_settings(config)
     session = ConformanceSession(config)
     config.stash[_SESSION] = session
     _register_hypothesis_profiles()
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistReportMerger(session), "simgpu-xdist-merger")
+
+
+def _check_settings(config: pytest.Config) -> None:
+    """--rank-timeout and the environment the ranks will read: wrong values stop the run here, in one line."""
+    from simgpu import settings
+
+    try:
+        settings.positive_seconds("--rank-timeout", config.getoption("--rank-timeout"))
+        settings.check_environment()
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _runs_conformance(config: pytest.Config) -> bool:

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from simgpu import reaper
+from simgpu import reaper, settings
 from simgpu.pool import GROUP_SECRET_ENV
 
 BOOT_DIR = Path(__file__).resolve().parent / "_boot"
@@ -112,6 +112,10 @@ def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: floa
     for name, value in (("--timeout", timeout), ("--memory-gb", memory_gb)):
         if value is not None and not 0 < value < float("inf"):
             raise SystemExit(f"simgpu run: {name} must be a finite number > 0, got {value!r}")
+    try:
+        settings.check_environment()
+    except ValueError as exc:
+        raise SystemExit(f"simgpu run: {exc}") from None
     check_installed_torch()
     if predict is None:
         return _run(cmd, environment(gpus, memory_gb), timeout)

@@ -247,6 +247,12 @@ class RankPool:
                  straggler_grace: float = 5.0, source: RankSource | None = None):
         if world_size < 1:
             raise ValueError(f"world_size must be >= 1, got {world_size}")
+        from simgpu import settings
+
+        settings.positive_seconds("RankPool timeout", timeout)
+        settings.positive_seconds("RankPool straggler_grace", straggler_grace)
+        settings.positive_seconds("Binding init_timeout", binding.init_timeout)
+        settings.check_environment({**os.environ, **dict(binding.env)})  # what every rank will read
         self.world_size = world_size
         self.binding = binding
         self.timeout = timeout

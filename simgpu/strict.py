@@ -49,6 +49,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
+from simgpu import settings
 from simgpu.pool import GROUP_SECRET_ENV
 
 DEFAULT_TIMEOUT = 30.0
@@ -98,13 +99,7 @@ def get_timeout(default: float | None = None) -> float:
     value = os.environ.get("SIMGPU_STRICT_TIMEOUT")
     if not value:
         return DEFAULT_TIMEOUT if default is None else default
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ValueError(f"SIMGPU_STRICT_TIMEOUT must be a number of seconds, got {value!r}") from None
-    if seconds <= 0:
-        raise ValueError(f"SIMGPU_STRICT_TIMEOUT must be > 0 seconds, got {value!r}")
-    return seconds
+    return settings.strict_timeout(value)
 
 
 def enabled() -> bool:
