@@ -51,6 +51,7 @@ from torch._C._distributed_c10d import (
 from simgpu import comm_log, faults
 from simgpu import nccl_rules as rules
 from simgpu.cuda_sim.tensors import suspended
+from simgpu.p2p_check import P2PChecker
 from simgpu.p2p_pairs import PairRendezvous
 from simgpu.strict import Call, StrictChecker
 
@@ -227,6 +228,7 @@ class SimProcessGroup(dist.ProcessGroup):
         self._strict = StrictChecker(store, rank, size, label=self._label, default_timeout=strict_timeout,
                                      global_rank=self._global_rank)
         self._pairs = PairRendezvous(store, rank, label=self._label, global_rank=self._global_rank)
+        self._p2p = P2PChecker(self._strict, label=self._label, global_rank=self._global_rank)
         self._local = threading.local()  # .checked: the current call has passed the strict check
         self._loopback: dict[int, collections.deque] = {}  # messages this rank sent to itself, by tag
         # the device types the group serves, as torch asks them (_device_types, object collectives, DCP,
@@ -739,7 +741,8 @@ class SimProcessGroup(dist.ProcessGroup):
             self._loopback.setdefault(tag, collections.deque()).append(t.detach().clone())
             return SimWork(None, [t])
         self._pairs.first_contact(dst, "send")
-        work = SimWork(self._gloo.send([_raw_bytes(t.contiguous())], dst, tag), [t])
+        posted = self._p2p.post("send", dst, tag, t)
+        work = SimWork(self._gloo.send([_raw_bytes(t.contiguous())], dst, tag), [t], lambda: self._p2p.verify(posted))
         if comm_log.ACTIVE is not False:
             comm_log.record("send", 2, (tensors,))
         return work
@@ -753,8 +756,10 @@ class SimProcessGroup(dist.ProcessGroup):
             return SimWork(None, [t], lambda: self._receive_own(t, tag))
         self._pairs.first_contact(src, "recv")
         target = _contiguous(t)
+        posted = self._p2p.post("recv", src, tag, t)
 
         def finish() -> None:
+            self._p2p.verify(posted)
             if target is not t:
                 t.copy_(target)
         work = SimWork(self._gloo.recv([_raw_bytes(target)], src, tag), [t], finish)

@@ -19,12 +19,13 @@ last call each of them made. After a timeout the group is out of step, as an NCC
 after its watchdog fires: the ranks that timed out refuse further collectives on that group
 (restart the ranks), and a late rank that arrives finds a tombstone and fails with a mismatch.
 
-Point-to-point ops (send/recv/isend/irecv, batch_isend_irecv) are not checked. They have no group
-order (NCCL runs them on per-pair streams, in any interleaving with collectives), irecv may match
-any later isend, and a missing peer already surfaces as a blocked wait that the pool's watchdog
-reports with every rank's stack. A pairwise check would need a store round trip per message and
-could still not order a recv against the sends of other pairs. (What NCCL does make blocking, the
-first send/recv of each pair, is modelled in simgpu.p2p_pairs, with its deadlock reported.)
+Point-to-point ops (send/recv/isend/irecv, batch_isend_irecv) are not part of this sequence: they
+have no group order (NCCL runs them on per-pair streams, in any interleaving with collectives). They
+are checked per pair instead (simgpu.p2p_check: the k-th message from rank i to rank j, per tag, must
+agree on element count and dtype with the recv it is delivered to; both ranks raise P2PMismatch). A
+missing peer surfaces as a blocked wait that the pool's watchdog reports with every rank's stack.
+(What NCCL does make blocking, the first send/recv of each pair, is modelled in simgpu.p2p_pairs,
+with its deadlock reported.)
 
 Fields compared per collective are only those NCCL needs to agree: element counts (not shapes: a
 (2, 3) tensor all-reduces with a (6,) one on NCCL), dtypes, reduce op, root, and for the ops that
@@ -208,7 +209,7 @@ class StrictChecker:
                 raise
             self._timed_out(mine, timeout)
         self._forget_before(seq)
-        calls = [self._open(k, v) for k, v in zip(keys, self.store.multi_get(keys))]
+        calls = [self.open(k, v) for k, v in zip(keys, self.store.multi_get(keys))]
         problems = find_problems(calls)
         if problems:
             if any(c.get("abandoned") for c in calls):
@@ -237,7 +238,7 @@ class StrictChecker:
         mine = {"op": call.op, "seq": self.seq, "rank": self.rank, "site": call.site, "text": call.text,
                 "agree": call.agree, "send": call.send, "recv": call.recv, **extra}
         key = self._key(self.seq, self.rank)
-        self.store.set(key, self._seal(key, _dumps(mine)))
+        self.store.set(key, self.seal(key, _dumps(mine)))
         self._own.append(self.seq)
         return mine
 
@@ -277,7 +278,7 @@ class StrictChecker:
                    + "\n".join(lines))
         tombstone = dict(mine, abandoned=True, text=f"abandoned {mine['text']} after a {timeout:g}s timeout")
         key = self._key(seq, self.rank)
-        self.store.set(key, self._seal(key, _dumps(tombstone)))
+        self.store.set(key, self.seal(key, _dumps(tombstone)))
         self._broken = (f"simgpu: {self._label()} is unusable: collective #{seq} timed out earlier on this rank; "
                         f"its ranks are out of step (restart them)")
         raise CollectiveTimeout(message, [self._global_rank(r) for r in missing])
@@ -288,16 +289,18 @@ class StrictChecker:
         key = self._key(seq, rank)
         if not self.store.check([key]):
             return None
-        return self._open(key, self.store.get(key))
+        return self.open(key, self.store.get(key))
 
     # A descriptor is JSON, then (with SIMGPU_GROUP_SECRET set) "|" and the HMAC-SHA256 of key and JSON
     # under the group's secret: whoever else reaches the store cannot write one the group accepts.
-    def _seal(self, key: str, text: str) -> str:
+    def seal(self, key: str, text: str) -> str:
+        """The record stored under key: text, signed when the group has a secret."""
         if self._secret is None:
             return text
         return f"{text}|{_mac(self._secret, key, text)}"
 
-    def _open(self, key: str, raw: bytes | str) -> dict:
+    def open(self, key: str, raw: bytes | str) -> dict:
+        """The descriptor stored under key; ForgedRecord if the group did not sign it."""
         text = raw.decode() if isinstance(raw, bytes) else raw
         if self._secret is not None:
             body, sep, mac = text.rpartition("|")
@@ -365,7 +368,7 @@ def _per_rank(calls: Sequence[dict], get: Callable[[dict], Any]) -> str:
     return ", ".join(f"rank {c['rank']}: {get(c)}" for c in calls)
 
 
-def render_mismatch(label: str, seq: int, calls: Sequence[dict], problems: list[str]) -> str:
+def render_mismatch(label: str, seq: int, calls: Sequence[dict], problems: list[str], head: str | None = None) -> str:
     """The CollectiveMismatch message: what differs, then one row per rank (call, call site)."""
     rows = [("rank", "call", "called at")]
     for c in calls:
@@ -373,5 +376,5 @@ def render_mismatch(label: str, seq: int, calls: Sequence[dict], problems: list[
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     table = ["  " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     table.insert(1, "  " + "-+-".join("-" * w for w in widths))
-    head = f"simgpu: ranks of {label} disagree at collective #{seq} (on NCCL: undefined behaviour, usually a hang)"
+    head = head or f"simgpu: ranks of {label} disagree at collective #{seq} (on NCCL: undefined behaviour, usually a hang)"
     return "\n".join([head] + [f"  - {p}" for p in problems] + table)

@@ -224,3 +224,42 @@ def exit_after_answer(ctx: Any, bad_rank: int, code: int, after_s: float) -> str
     if ctx.rank == bad_rank:
         threading.Timer(after_s, os._exit, (code,)).start()
     return "answered"
+
+
+def p2p_pair(ctx: Any, send_spec: tuple, recv_spec: tuple, blocking: bool = True) -> list[float]:
+    """Rank 0 sends a tensor of send_spec (numel, dtype name), rank 1 receives into recv_spec; then a
+    second, matching message, to show the pair is usable when the first one agreed."""
+    import torch
+    import torch.distributed as dist
+
+    if ctx.rank == 0:
+        t = torch.arange(send_spec[0], dtype=getattr(torch, send_spec[1]), device=ctx.device)
+        if blocking:
+            dist.send(t, dst=1)  # send-site
+        else:
+            dist.isend(t, dst=1).wait()
+        return t.tolist()
+    t = torch.zeros(recv_spec[0], dtype=getattr(torch, recv_spec[1]), device=ctx.device)
+    if blocking:
+        dist.recv(t, src=0)  # recv-site
+    else:
+        dist.irecv(t, src=0).wait()
+    return t.tolist()
+
+
+def p2p_exchange(ctx: Any, n: int) -> list[float]:
+    """Both ranks isend first, then irecv (an isend must not wait for its peer's irecv), n times."""
+    import torch
+    import torch.distributed as dist
+
+    peer = 1 - ctx.rank
+    got = []
+    for i in range(n):
+        out = torch.full((3,), float(ctx.rank * 10 + i), device=ctx.device)
+        into = torch.zeros(3, device=ctx.device)
+        send = dist.isend(out, dst=peer)
+        recv = dist.irecv(into, src=peer)
+        recv.wait()
+        send.wait()
+        got.append(into[0].item())
+    return got
