@@ -25,8 +25,10 @@ import signal
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable, Protocol
+
+from simgpu import protocol
+from simgpu.protocol import RankOutcome
 
 _PRELOAD = ["torch", "torch.distributed", "simgpu.rank"]
 GROUP_SECRET_ENV = "SIMGPU_GROUP_SECRET"  # per start of a pool (or per `simgpu run`): signs strict-check records
@@ -79,26 +81,6 @@ class Binding:
     device: str = "cpu"
     init_timeout: float = 120.0
     env: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass
-class RankOutcome:
-    """What one rank did with one call: its return value, or the exception it raised."""
-
-    rank: int
-    ok: bool
-    value: Any = None
-    error_type: str | None = None
-    error: str | None = None
-    traceback: str | None = None
-    seconds: float = 0.0
-    poisoned: bool = False  # the error left the process group unusable (exception's poisons_process_group)
-    missing_ranks: list[int] | None = None  # a strict timeout: the global ranks that never arrived
-
-    def describe(self) -> str:
-        if self.ok:
-            return f"rank {self.rank}: ok"
-        return f"rank {self.rank}: {self.error_type}: {self.error}"
 
 
 class RankPoolError(RuntimeError):
@@ -393,11 +375,11 @@ class RankPool:
         """
         if len(per_rank_args) != self.world_size:
             raise ValueError(f"per_rank_args has {len(per_rank_args)} entries for {self.world_size} ranks")
-        payloads = _payloads(fn, per_rank_args)  # an unpicklable argument fails here, before anything is sent
+        payloads = protocol.payloads(fn, per_rank_args)  # an unpicklable argument fails here, before anything is sent
         self.start()
         self.check_alive()
         self.calls += 1
-        self._last_call = f"call #{self.calls} ({label or _name_of(fn)})"
+        self._last_call = f"call #{self.calls} ({label or protocol.name_of(fn)})"
         timeout = self.timeout if timeout is None else timeout
         try:
             outcomes = self._exchange(self.calls, payloads, timeout)
@@ -436,7 +418,7 @@ class RankPool:
         """Send the call to every rank, then read exactly one reply from each (or break the pool)."""
         for rk, payload in zip(self._ranks, payloads):
             try:
-                _send(rk.conn, ("call", call_id, payload))
+                protocol.send(rk.conn, ("call", call_id, payload))
             except (BrokenPipeError, ConnectionResetError):
                 pass  # seen below as a crash
         outcomes: list[RankOutcome | None] = [None] * self.world_size
@@ -455,7 +437,7 @@ class RankPool:
             dead = []
             for conn in [c for c in ready if c in pending]:
                 rk = pending[conn]
-                outcome = _read_reply(rk, call_id)
+                outcome = protocol.read_reply(rk.conn, rk.rank, call_id)
                 if outcome is None:
                     dead.append(rk)
                     continue
@@ -533,79 +515,11 @@ class RankPool:
         return stacks
 
 
-class UnreadableReply(Exception):
-    """The controller could not unpickle a rank's reply (error_type of that rank's outcome)."""
-
-
-def _payloads(fn: Callable[..., Any], per_rank_args: list[tuple]) -> list[bytes]:
-    """Pickle every rank's call before sending any, naming the rank whose arguments cannot be pickled."""
-    out = []
-    for rank, args in enumerate(per_rank_args):
-        try:
-            out.append(bytes(ForkingPickler.dumps((fn, tuple(args)))))
-        except Exception as exc:
-            raise TypeError(f"RankPool.run: cannot send {_name_of(fn)} to rank {rank}: its function or arguments "
-                            f"{_short_repr(args)} cannot be pickled ({type(exc).__name__}: {exc}); nothing was sent"
-                            ) from exc
-    return out
-
-
-def _short_repr(obj: Any) -> str:
-    try:
-        text = repr(obj)
-    except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real error
-        text = f"<{type(obj).__name__}>"
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _name_of(fn: Any) -> str:
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
-
-
-def _send(conn: Connection, msg: Any) -> None:
-    conn.send(msg)
-
-
-def _recv_bytes(conn: Connection) -> bytes:
-    return conn.recv_bytes()
-
-
-def _read_reply(rk: _Rank, call_id: int) -> RankOutcome | None:
-    """This rank's reply to call `call_id`; None if the rank is gone. A reply the controller cannot
-    unpickle is that rank's failure (the stream stays in step: the whole message was read)."""
-    try:
-        data = _recv_bytes(rk.conn)
-    except (EOFError, OSError):
-        return None
-    try:
-        msg = ForkingPickler.loads(data)
-    except Exception as exc:  # noqa: BLE001 - e.g. a class the controller cannot import
-        return RankOutcome(rk.rank, False, error_type=f"{__name__}.UnreadableReply",
-                           error=f"the controller could not unpickle rank {rk.rank}'s reply: "
-                                 f"{type(exc).__name__}: {exc}")
-    if not (isinstance(msg, tuple) and len(msg) >= 2 and msg[1] == call_id):
-        raise _OutOfStep(f"rank {rk.rank} answered {msg[:2]!r:.80} to call #{call_id}")
-    return _outcome(rk.rank, msg)
-
-
-class _OutOfStep(RuntimeError):
-    """A reply that does not belong to the current call: the pool is torn down (never returned)."""
-
-
 def _recv_or_none(conn: Connection) -> Any:
     try:
         return conn.recv()
     except (EOFError, OSError):
         return None
-
-
-def _outcome(rank: int, msg: tuple) -> RankOutcome:
-    if msg[0] == "ok":
-        _, _, value, seconds = msg
-        return RankOutcome(rank, True, value=value, seconds=seconds)
-    _, _, etype, text, tb, seconds, poisoned, details = msg
-    return RankOutcome(rank, False, error_type=etype, error=text, traceback=tb, seconds=seconds, poisoned=poisoned,
-                       missing_ranks=(details or {}).get("missing_ranks"))
 
 
 def _is_zombie(pid: int) -> bool:

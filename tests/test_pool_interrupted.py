@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simgpu import pool as pool_module
+from simgpu import protocol
 from simgpu.pool import Binding, RankPool, RankPoolError
 from tests import rank_fns
 from tests.processes import all_gone
@@ -73,7 +74,7 @@ def test_an_unloadable_reply_fails_that_rank_and_the_pool_stays_in_step(pool: Ra
     token = next(_tokens)
     first, second = pool.run(rank_fns.answer, ["ok", "unloadable"], token)
     assert first.ok and first.value == (0, token)
-    assert not second.ok and second.error_type == "simgpu.pool.UnreadableReply"
+    assert not second.ok and second.error_type == "simgpu.protocol.UnreadableReply"
     assert "could not unpickle rank 1's reply" in second.error and "cannot be rebuilt here" in second.error
     _expect_in_step(pool)
     assert pool.pids() == pids
@@ -101,11 +102,12 @@ def test_an_exception_whose_str_raises_is_still_reported(pool: RankPool) -> None
 @contextmanager
 def _interrupt_at(where: str, nth: int) -> Iterator[None]:
     """Raise KeyboardInterrupt at the nth send / wait / reply-read of the controller (where="none": never)."""
-    name = {"send": "_send", "wait": "wait", "recv": "_recv_bytes"}.get(where)
-    if name is None:
+    module, name = {"send": (protocol, "send"), "wait": (pool_module, "wait"),
+                    "recv": (protocol, "recv_bytes")}.get(where, (None, None))
+    if module is None:
         yield
         return
-    original = getattr(pool_module, name)
+    original = getattr(module, name)
     seen = itertools.count(1)
 
     def interrupting(*args: Any, **kwargs: Any) -> Any:
@@ -113,7 +115,7 @@ def _interrupt_at(where: str, nth: int) -> Iterator[None]:
             raise KeyboardInterrupt(f"injected at {where} #{nth}")
         return original(*args, **kwargs)
 
-    with mock.patch.object(pool_module, name, interrupting):
+    with mock.patch.object(module, name, interrupting):
         yield
 
 
@@ -128,7 +130,7 @@ def _check_outcomes(outcomes: list, kinds: list[str], token: int) -> None:
         elif kind == "unpicklable":
             assert not out.ok and "pickle" in out.error, out
         elif kind == "unloadable":
-            assert not out.ok and out.error_type == "simgpu.pool.UnreadableReply", out
+            assert not out.ok and out.error_type == "simgpu.protocol.UnreadableReply", out
         else:
             assert not out.ok and out.error_type == "tests.rank_fns.UnprintableError", out
 
