@@ -171,9 +171,14 @@ def listening_store(world_size: int, timeout: timedelta) -> Any:
     fd = sock.detach()  # the store owns the listening socket from here on
     try:
         return dist.TCPStore(host, port, world_size, True, timeout, wait_for_workers=False, master_listen_fd=fd)
-    except BaseException:
-        os.close(fd)
-        raise
+    except RuntimeError:  # a torch whose libuv server refuses a listening socket: its classic server takes it
+        try:
+            return dist.TCPStore(host, port, world_size, True, timeout, wait_for_workers=False,
+                                 master_listen_fd=fd, use_libuv=False)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
 
 
 def _store_address() -> str:
