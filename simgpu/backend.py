@@ -227,7 +227,8 @@ class SimProcessGroup(dist.ProcessGroup):
         self._gloo = _make_gloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
         self._strict = StrictChecker(store, rank, size, label=self._label, default_timeout=strict_timeout,
                                      global_rank=self._global_rank)
-        self._pairs = PairRendezvous(store, rank, label=self._label, global_rank=self._global_rank)
+        self._pairs = PairRendezvous(store, rank, label=self._label, global_rank=self._global_rank,
+                                     signer=self._strict)
         self._p2p = P2PChecker(self._strict, label=self._label, global_rank=self._global_rank)
         self._local = threading.local()  # .checked: the current call has passed the strict check
         self._loopback: dict[int, collections.deque] = {}  # messages this rank sent to itself, by tag

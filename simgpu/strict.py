@@ -301,6 +301,10 @@ class StrictChecker:
 
     def open(self, key: str, raw: bytes | str) -> dict:
         """The descriptor stored under key; ForgedRecord if the group did not sign it."""
+        return json.loads(self.verified(key, raw))
+
+    def verified(self, key: str, raw: bytes | str) -> str:
+        """The text stored under key, its signature checked and removed (ForgedRecord if it fails)."""
         text = raw.decode() if isinstance(raw, bytes) else raw
         if self._secret is not None:
             body, sep, mac = text.rpartition("|")
@@ -310,7 +314,7 @@ class StrictChecker:
                                    f"this group's secret ({SECRET_ENV}): something outside the group wrote it "
                                    f"to the store; it was not taken as a rank's call")
             text = body
-        return json.loads(text)
+        return text
 
 
 def _mac(secret: bytes, key: str, text: str) -> str:

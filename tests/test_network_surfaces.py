@@ -207,3 +207,16 @@ def test_attach_names_a_wrong_key() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parent.parent)
     assert "simgpu.attach: refused a connection from 127.0.0.1: wrong key while" in done.stderr, done.stderr
+
+
+def test_a_forged_blocked_on_record_cannot_make_a_false_p2p_deadlock(monkeypatch: pytest.MonkeyPatch) -> None:
+    from simgpu import strict
+    from simgpu.p2p_pairs import PairRendezvous
+
+    store, (c0, _) = _checkers(monkeypatch, "s3cret")
+    pairs = PairRendezvous(store, 0, signer=c0)
+    store.set(pairs._waiting(1), "0|send|attacker.py:1")  # "rank 1 is blocked on rank 0", unsigned
+    with pytest.raises(strict.ForgedRecord, match="not signed with this group's secret"):
+        pairs._waits_for(1)
+    store.set(pairs._waiting(1), c0.seal(pairs._waiting(1), "0|send|ring.py:7"))  # what a rank of the group writes
+    assert pairs._waits_for(1) == (0, "send", "ring.py:7")
