@@ -75,7 +75,8 @@ class ConformanceSession:
         if self.attached is not None:
             self.max_world: int = config.getoption("--attach-world-size")
         else:
-            max_world = config.getoption("--max-world-size") or DEFAULT_MAX_WORLD
+            given = config.getoption("--max-world-size")
+            max_world = DEFAULT_MAX_WORLD if given is None else given
             if not 1 <= max_world <= 8:
                 raise pytest.UsageError(f"--max-world-size must be between 1 and 8, got {max_world}")
             if self.backend == "nccl":
@@ -145,11 +146,18 @@ class ConformanceSession:
             self.report.environment = {k: v for k, v in env.items() if k not in ("world_size", "host")}
 
     def close(self) -> None:
+        """Close every pool (all of them, even if one reports a rank that died), then re-raise the first error."""
+        errors = []
         for pool in self.pools.values():
-            pool.close()
+            try:
+                pool.close()
+            except RankPoolError as exc:
+                errors.append(exc)
         self.pools.clear()
         if self.attached is not None:
             self.attached.close()
+        if errors:
+            raise errors[0]
 
 
 def _attached_ranks(config: pytest.Config) -> Any:
@@ -202,11 +210,23 @@ def pytest_configure(config: pytest.Config) -> None:
                       local_ranks=config.getoption("--attach") is None)
     except BackendChoiceError as exc:
         raise pytest.UsageError(str(exc)) from None
+    _check_settings(config)
     session = ConformanceSession(config)
     config.stash[_SESSION] = session
     _register_hypothesis_profiles()
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistReportMerger(session), "simgpu-xdist-merger")
+
+
+def _check_settings(config: pytest.Config) -> None:
+    """--rank-timeout and the environment the ranks will read: wrong values stop the run here, in one line."""
+    from simgpu import settings
+
+    try:
+        settings.positive_seconds("--rank-timeout", config.getoption("--rank-timeout"))
+        settings.check_environment()
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 _SESSION = pytest.StashKey[ConformanceSession]()
@@ -236,7 +256,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session.config.stash.get(_SESSION, None)
     if state is None:
         return
-    state.close()
+    try:
+        state.close()
+    except RankPoolError as exc:
+        from simgpu.testing import fail_session
+
+        fail_session(session, exc)
     if hasattr(session.config, "workeroutput"):  # an xdist worker: ship records to the controller
         session.config.workeroutput[REPORT_KEY] = state.report.to_transport()
 

@@ -40,7 +40,8 @@ from simgpu.pool import Binding, RankPoolError, _Rank
 KEY_ENV = "SIMGPU_ATTACH_KEY"
 GENERATION_ENV = "SIMGPU_ATTACH_GENERATION"  # which start of the pool a rank's process group belongs to
 RESTART_CONNECT_TIMEOUT = 60.0  # seconds a restarted rank looks for its controller
-HANDSHAKE_TIMEOUT = 15.0  # seconds a connection may take to authenticate and say who it is
+HANDSHAKE_TIMEOUT = 15.0  # seconds a connection may take, in all, to authenticate and say who it is
+MAX_HANDSHAKES = 64  # connections authenticating at once; more are refused at once (named on stderr)
 _STACK, _BYE = b"S", b"B"  # controller -> rank on the diag channel
 
 
@@ -143,8 +144,11 @@ class AttachedRanks:
     them (one of --max-restarts) and they connect again.
     """
 
-    def __init__(self, address: str, *, key: bytes | None = None, connect_timeout: float = 300.0):
+    def __init__(self, address: str, *, key: bytes | None = None, connect_timeout: float = 300.0,
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT):
         self.address = address
+        self.handshake_timeout = handshake_timeout
+        self._handshakes = threading.BoundedSemaphore(MAX_HANDSHAKES)
         self.key = key if key is not None else attach_key()
         self.connect_timeout = connect_timeout
         host, port = parse_address(address)
@@ -217,30 +221,75 @@ class AttachedRanks:
             rk.conn.send(("init", binding))
 
     def _accept_forever(self) -> None:
+        """Accept connections; each authenticates on its own thread, so a silent or slow peer delays nobody."""
         while True:
             try:
                 sock, peer = self._server.accept()
             except OSError:
                 return  # the listener was closed
-            arrived = self._authenticate(sock, peer[0])
-            if arrived is not None:
-                self._arrived.put(arrived)
+            if not self._handshakes.acquire(blocking=False):
+                print(f"simgpu.attach: refused a connection from {peer[0]}: {MAX_HANDSHAKES} handshakes already "
+                      "in progress", file=sys.stderr)
+                sock.close()
+                continue
+            threading.Thread(target=self._handshake, args=(sock, peer[0]), name="simgpu-attach-handshake",
+                             daemon=True).start()
+
+    def _handshake(self, sock: socket.socket, peer: str) -> None:
+        try:
+            arrived = self._authenticate(sock, peer)
+        finally:
+            self._handshakes.release()
+        if arrived is not None:
+            self._arrived.put(arrived)
 
     def _authenticate(self, sock: socket.socket, peer: str) -> tuple[Connection, dict] | None:
-        """The connection and its hello, or None for a stranger, a wrong key or a silent peer."""
-        _tune(sock, HANDSHAKE_TIMEOUT)
+        """The connection and its hello, or None for a stranger, a wrong key or a silent or slow peer.
+
+        The whole handshake has one bound (handshake_timeout): a peer that trickles bytes is cut off
+        at it too (the socket is shut down under the reading thread)."""
+        _tune(sock, self.handshake_timeout)
         conn = Connection(sock.detach())
+        step = ["waiting for its answer to our challenge"]
+        expired = threading.Event()
+
+        def cut_off() -> None:
+            expired.set()
+            with socket.socket(fileno=os.dup(conn.fileno())) as s:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        timer = threading.Timer(self.handshake_timeout, cut_off)
+        timer.start()
         try:
             deliver_challenge(conn, self.key)
+            step[0] = "waiting for its challenge"
             answer_challenge(conn, self.key)
+            step[0] = "reading its hello"
             info = conn.recv()
             if not (isinstance(info, dict) and {"rank", "role", "world_size", "restart", "host", "pid"} <= set(info)):
                 raise ValueError(f"not a simgpu.attach hello: {info!r:.80}")
         except Exception as exc:  # noqa: BLE001 - a bad peer must not stop the pool from starting
-            print(f"simgpu.attach: refused a connection from {peer}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            why = _handshake_failure(exc, expired.is_set(), step[0], self.handshake_timeout)
+            print(f"simgpu.attach: refused a connection from {peer}: {why}", file=sys.stderr)
             conn.close()
             return None
+        finally:
+            timer.cancel()
         return _untimed(conn), info
+
+
+def _handshake_failure(exc: BaseException, expired: bool, step: str, bound: float) -> str:
+    """What happened to a handshake, in words: the bound, a wrong key, a hang-up, or what was sent."""
+    if expired or isinstance(exc, (socket.timeout, BlockingIOError)):
+        return f"the handshake did not finish within {bound:g} s (stuck {step})"
+    if isinstance(exc, AuthenticationError):
+        return f"wrong key while {step} (not the same {KEY_ENV}?): {exc}"
+    if isinstance(exc, (EOFError, ConnectionError)):
+        return f"the peer closed the connection while {step}"
+    return f"{type(exc).__name__} while {step}: {exc}"
 
 
 # ----------------------------------------------------------------------------- rank side
@@ -257,9 +306,18 @@ def _connect(host: str, port: int, key: bytes, deadline: float, hello: dict) -> 
     sock.settimeout(None)
     _tune(sock, HANDSHAKE_TIMEOUT)
     conn = Connection(sock.detach())
-    answer_challenge(conn, key)
-    deliver_challenge(conn, key)
-    conn.send(hello)
+    try:
+        answer_challenge(conn, key)
+        deliver_challenge(conn, key)
+        conn.send(hello)
+    except (BlockingIOError, socket.timeout):
+        conn.close()
+        raise AttachError(f"the controller at {host}:{port} accepted the connection but did not finish the "
+                          f"handshake within {HANDSHAKE_TIMEOUT:g} s") from None
+    except (EOFError, ConnectionError):
+        conn.close()
+        raise AttachError(f"the controller at {host}:{port} closed the connection during the handshake "
+                          "(it refused this rank: see its stderr)") from None
     return _untimed(conn)
 
 

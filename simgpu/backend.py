@@ -51,6 +51,7 @@ from torch._C._distributed_c10d import (
 from simgpu import comm_log, faults
 from simgpu import nccl_rules as rules
 from simgpu.cuda_sim.tensors import suspended
+from simgpu.p2p_check import P2PChecker
 from simgpu.p2p_pairs import PairRendezvous
 from simgpu.strict import Call, StrictChecker
 
@@ -224,8 +225,11 @@ class SimProcessGroup(dist.ProcessGroup):
                  devices: Sequence[str] | None = None, strict_timeout: float | None = None):
         super().__init__(rank, size)
         self._gloo = _make_gloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
-        self._strict = StrictChecker(store, rank, size, label=self._label, default_timeout=strict_timeout)
-        self._pairs = PairRendezvous(store, rank, label=self._label, global_rank=self._global_rank)
+        self._strict = StrictChecker(store, rank, size, label=self._label, default_timeout=strict_timeout,
+                                     global_rank=self._global_rank)
+        self._pairs = PairRendezvous(store, rank, label=self._label, global_rank=self._global_rank,
+                                     signer=self._strict)
+        self._p2p = P2PChecker(self._strict, label=self._label, global_rank=self._global_rank)
         self._local = threading.local()  # .checked: the current call has passed the strict check
         self._loopback: dict[int, collections.deque] = {}  # messages this rank sent to itself, by tag
         # the device types the group serves, as torch asks them (_device_types, object collectives, DCP,
@@ -738,7 +742,8 @@ class SimProcessGroup(dist.ProcessGroup):
             self._loopback.setdefault(tag, collections.deque()).append(t.detach().clone())
             return SimWork(None, [t])
         self._pairs.first_contact(dst, "send")
-        work = SimWork(self._gloo.send([_raw_bytes(t.contiguous())], dst, tag), [t])
+        posted = self._p2p.post("send", dst, tag, t)
+        work = SimWork(self._gloo.send([_raw_bytes(t.contiguous())], dst, tag), [t], lambda: self._p2p.verify(posted))
         if comm_log.ACTIVE is not False:
             comm_log.record("send", 2, (tensors,))
         return work
@@ -752,8 +757,10 @@ class SimProcessGroup(dist.ProcessGroup):
             return SimWork(None, [t], lambda: self._receive_own(t, tag))
         self._pairs.first_contact(src, "recv")
         target = _contiguous(t)
+        posted = self._p2p.post("recv", src, tag, t)
 
         def finish() -> None:
+            self._p2p.verify(posted)
             if target is not t:
                 t.copy_(target)
         work = SimWork(self._gloo.recv([_raw_bytes(target)], src, tag), [t], finish)

@@ -3,8 +3,10 @@
 The program runs unmodified in a child process whose environment carries the simulation
 (SIMGPU_GPUS, and simgpu's sitecustomize first on PYTHONPATH), so every Python process it
 starts (mp.spawn workers, torchrun's workers, subprocesses) sees the same N simulated GPUs.
-The child runs in its own session; when it ends, is interrupted, or runs past --timeout,
-everything it started is killed, so nothing outlives the run.
+The child runs in its own session; when it ends, is interrupted, runs past --timeout, or the
+launcher itself is killed, everything it started is killed (simgpu.reaper: the launcher is a child
+subreaper, the program's processes carry a run marker, and a watchdog process kills them when the
+launcher goes away), so nothing outlives the run.
 
 `--predict MACHINE` (a simgpu.cost_model preset, e.g. h200-nvlink4) has every rank record the
 collectives it ran (simgpu.comm_log) into a temporary folder; when the program ends the launcher
@@ -14,12 +16,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from simgpu import reaper, settings
+from simgpu.pool import GROUP_SECRET_ENV
 
 BOOT_DIR = Path(__file__).resolve().parent / "_boot"
 EXIT_TIMEOUT = 124
@@ -34,9 +40,9 @@ def _parser() -> argparse.ArgumentParser:
                          description="simgpu run --gpus 2 train.py --lr 0.1 | simgpu run --gpus 4 -m pkg.mod | "
                                      "simgpu run --gpus 4 torchrun --nproc-per-node 4 train.py")
     run.add_argument("--gpus", type=int, required=True, help="how many GPUs the machine has (before CUDA_VISIBLE_DEVICES)")
-    run.add_argument("--memory-gb", type=float, default=None,
+    run.add_argument("--memory-gb", type=positive_float, default=None,
                      help="memory each simulated GPU reports (default 141, an H200)")
-    run.add_argument("--timeout", type=float, default=None,
+    run.add_argument("--timeout", type=positive_float, default=None,
                      help="kill the program and everything it started after this many seconds (exit 124)")
     run.add_argument("--predict", default=None, metavar="MACHINE",
                      help="at the end, print the predicted GPU time of the collectives the program ran on this "
@@ -45,6 +51,17 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("target", nargs="?", help="script.py, or a command such as torchrun")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the program")
     return parser
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (argparse names the option and exits in one line otherwise)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
 
 
 def command_line(target: str | None, module: str | None, args: list[str]) -> list[str]:
@@ -92,6 +109,13 @@ def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: floa
     predict: a cost-model machine preset; the predicted communication time is printed at the end."""
     if gpus < 1:
         raise SystemExit(f"simgpu run: --gpus must be at least 1, got {gpus}")
+    for name, value in (("--timeout", timeout), ("--memory-gb", memory_gb)):
+        if value is not None and not 0 < value < float("inf"):
+            raise SystemExit(f"simgpu run: {name} must be a finite number > 0, got {value!r}")
+    try:
+        settings.check_environment()
+    except ValueError as exc:
+        raise SystemExit(f"simgpu run: {exc}") from None
     check_installed_torch()
     if predict is None:
         return _run(cmd, environment(gpus, memory_gb), timeout)
@@ -115,9 +139,16 @@ def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: floa
 
 
 def _run(cmd: list[str], env: dict[str, str], timeout: float | None) -> int:
+    """Run cmd; whatever way the run ends (exit, --timeout, Ctrl-C, SIGTERM, this process SIGKILLed),
+    every process it started is killed (simgpu.reaper: subreaper, run marker, watchdog)."""
+    run_id = reaper.new_run_id()
+    env = {GROUP_SECRET_ENV: secrets.token_hex(16), **env, reaper.RUN_ID_ENV: run_id}  # strict records' key
+    reaper.become_subreaper()
+    watchdog = reaper.Watchdog(run_id)
     try:
         child = subprocess.Popen(cmd, env=env, start_new_session=True)
     except FileNotFoundError:
+        watchdog.stop()
         raise SystemExit(f"simgpu run: no such program: {cmd[0]}") from None
     forwarded = {sig: signal.signal(sig, lambda s, _f: _signal_group(child.pid, s))
                  for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -129,6 +160,10 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float | None) -> int:
     finally:
         _signal_group(child.pid, signal.SIGKILL)
         child.wait()
+        left = reaper.kill_all(run_id, exclude={watchdog.pid})
+        if left:
+            sys.stderr.write(f"simgpu run: could not kill processes {left} that the program started\n")
+        watchdog.stop()
         for sig, handler in forwarded.items():
             signal.signal(sig, handler)
 

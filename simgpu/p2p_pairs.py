@@ -60,8 +60,11 @@ class PairRendezvous:
     """Per group and rank: which pairs have their communicator, and the first-call rendezvous."""
 
     def __init__(self, store: dist.Store, rank: int, label: Callable[[], str] = lambda: "the process group",
-                 global_rank: Callable[[int], int] = lambda r: r):
+                 global_rank: Callable[[int], int] = lambda r: r, signer: Any = None):
+        """signer: the group's strict.StrictChecker, whose secret signs the "blocked on" records (an
+        outsider who reaches the store cannot make a false P2PDeadlock)."""
         self.store = store
+        self._signer = signer
         self.rank = rank
         self._label = label
         self._global = global_rank
@@ -86,7 +89,9 @@ class PairRendezvous:
             return
         self._mark_arrived(peer)
         if self._blocked_on() is None:
-            self.store.set(self._waiting(self.rank), f"{peer}|{op}|{strict.call_site()}")
+            key = self._waiting(self.rank)
+            text = f"{peer}|{op}|{strict.call_site()}"
+            self.store.set(key, self._signer.seal(key, text) if self._signer is not None else text)
         deadline = time.monotonic() + min(WINDOW_S, strict.get_timeout())
         pause = 0.001
         while not self._arrived_from(peer):
@@ -135,6 +140,8 @@ class PairRendezvous:
         text = self.store.get(key).decode()
         if not text:
             return None
+        if self._signer is not None:
+            text = self._signer.verified(key, text)
         peer, op, site = text.split("|", 2)
         if self.store.check([self._key("arrived", int(peer), who)]):
             return None

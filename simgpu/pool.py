@@ -16,16 +16,22 @@ Design:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing as mp
 import multiprocessing.spawn as mp_spawn
 import os
+import secrets
 import signal
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Protocol
 
+from simgpu import protocol
+from simgpu.protocol import RankOutcome
+
 _PRELOAD = ["torch", "torch.distributed", "simgpu.rank"]
+GROUP_SECRET_ENV = "SIMGPU_GROUP_SECRET"  # per start of a pool (or per `simgpu run`): signs strict-check records
 _context: Any = None
 
 
@@ -75,25 +81,6 @@ class Binding:
     device: str = "cpu"
     init_timeout: float = 120.0
     env: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass
-class RankOutcome:
-    """What one rank did with one call: its return value, or the exception it raised."""
-
-    rank: int
-    ok: bool
-    value: Any = None
-    error_type: str | None = None
-    error: str | None = None
-    traceback: str | None = None
-    seconds: float = 0.0
-    poisoned: bool = False  # the error left the process group unusable (exception's poisons_process_group)
-
-    def describe(self) -> str:
-        if self.ok:
-            return f"rank {self.rank}: ok"
-        return f"rank {self.rank}: {self.error_type}: {self.error}"
 
 
 class RankPoolError(RuntimeError):
@@ -158,13 +145,18 @@ class LocalProcess:
         return [self.process.sentinel]
 
     def is_alive(self) -> bool:
-        return self.process.is_alive()
+        """Alive and not a zombie: the fork server reports an exit status moments after the exit itself."""
+        return self.process.is_alive() and not _is_zombie(self.process.pid)
 
     def join(self, timeout: float) -> None:
         self.process.join(timeout)
 
     def exit_note(self) -> str:
         return _exit_note(self.process)
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.process.exitcode
 
     def request_stack(self) -> None:
         """faulthandler (registered on SIGUSR1 by the rank) writes every thread's stack to the diag pipe."""
@@ -237,6 +229,12 @@ class RankPool:
                  straggler_grace: float = 5.0, source: RankSource | None = None):
         if world_size < 1:
             raise ValueError(f"world_size must be >= 1, got {world_size}")
+        from simgpu import settings
+
+        settings.positive_seconds("RankPool timeout", timeout)
+        settings.positive_seconds("RankPool straggler_grace", straggler_grace)
+        settings.positive_seconds("Binding init_timeout", binding.init_timeout)
+        settings.check_environment({**os.environ, **dict(binding.env)})  # what every rank will read
         self.world_size = world_size
         self.binding = binding
         self.timeout = timeout
@@ -245,6 +243,7 @@ class RankPool:
         self._ranks: list[_Rank] = []
         self.starts = 0
         self.calls = 0
+        self._last_call = "no call yet"
 
     # ----------------------------------------------------------------- lifecycle
     @property
@@ -255,9 +254,11 @@ class RankPool:
         """Get the ranks from the source and initialise their process group (bounded by binding.init_timeout)."""
         if self._ranks:
             return
+        # a fresh secret per start: the ranks sign their strict-check records with it (simgpu.strict)
+        binding = dataclasses.replace(self.binding, env=((GROUP_SECRET_ENV, secrets.token_hex(16)), *self.binding.env))
         try:
-            self._ranks = self.source.launch(self.world_size, self.binding)
-            self.source.handshake(self._ranks, self.binding, self._expect)
+            self._ranks = self.source.launch(self.world_size, binding)
+            self.source.handshake(self._ranks, binding, self._expect)
             self._collect_ready()
         except BaseException:
             self.close(force=True)
@@ -313,9 +314,16 @@ class RankPool:
         raise RankPoolError("start failure", summary, cause, others, stacks, outcomes)
 
     def close(self, force: bool = False) -> None:
-        """Stop every rank: politely (destroy_process_group) unless force, then kill what is left."""
+        """Stop every rank: politely (destroy_process_group) unless force, then kill what is left.
+
+        A polite close of ranks one of which died after its last answer (or exits with an error
+        while closing) raises RankPoolError after everything is stopped: the last call's success
+        was not the whole story.
+        """
         ranks, self._ranks = self._ranks, []
+        dead: list[_Rank] = []
         if not force:
+            dead = [rk for rk in ranks if not rk.process.is_alive()]
             for rk in ranks:
                 try:
                     rk.conn.send(("close",))
@@ -324,37 +332,93 @@ class RankPool:
             deadline = time.monotonic() + 5.0
             for rk in ranks:
                 rk.process.join(max(deadline - time.monotonic(), 0))
+            dead += [rk for rk in ranks if rk not in dead and getattr(rk.process, "exitcode", 0) not in (0, None)]
         for rk in ranks:
             rk.process.kill()
             rk.conn.close()
             rk.diag.close()
+        if dead:
+            notes = ", ".join(f"rank {rk.rank} {rk.process.exit_note()}" for rk in sorted(dead, key=lambda r: r.rank))
+            raise RankPoolError("crash", f"{notes} after answering {self._last_call} (found when the pool closed)",
+                                sorted(rk.rank for rk in dead),
+                                sorted(set(range(self.world_size)) - {rk.rank for rk in dead}), {},
+                                [None] * self.world_size)
 
     def __enter__(self) -> "RankPool":
         self.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.close(force=True)  # the exception on its way out says what went wrong
 
     def pids(self) -> list[int]:
         return [rk.process.pid for rk in self._ranks]
 
     # ----------------------------------------------------------------- calls
-    def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> list[RankOutcome]:
-        """Run fn(ctx, *args) on every rank; same args everywhere (ranks pick their part by ctx.rank)."""
-        return self.run_per_rank(fn, [args] * self.world_size, timeout=timeout)
+    def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None,
+            label: str | None = None) -> list[RankOutcome]:
+        """Run fn(ctx, *args) on every rank; same args everywhere (ranks pick their part by ctx.rank).
+
+        label: how messages name the call (default fn's module.qualname)."""
+        return self.run_per_rank(fn, [args] * self.world_size, timeout=timeout, label=label)
 
     def run_per_rank(self, fn: Callable[..., Any], per_rank_args: list[tuple],
-                     timeout: float | None = None) -> list[RankOutcome]:
-        """Run fn(ctx, *per_rank_args[r]) on rank r, for every rank, under one deadline."""
+                     timeout: float | None = None, label: str | None = None) -> list[RankOutcome]:
+        """Run fn(ctx, *per_rank_args[r]) on rank r, for every rank, under one deadline.
+
+        Every call is either read in full (one reply per rank, tagged with this call's number) or,
+        when anything interrupts it (a signal, KeyboardInterrupt, pytest-timeout), the ranks are torn
+        down before the exception goes on: a later call never reads an earlier call's replies.
+        """
         if len(per_rank_args) != self.world_size:
             raise ValueError(f"per_rank_args has {len(per_rank_args)} entries for {self.world_size} ranks")
+        payloads = protocol.payloads(fn, per_rank_args)  # an unpicklable argument fails here, before anything is sent
         self.start()
+        self.check_alive()
         self.calls += 1
+        self._last_call = f"call #{self.calls} ({label or protocol.name_of(fn)})"
         timeout = self.timeout if timeout is None else timeout
-        for rk, args in zip(self._ranks, per_rank_args):
+        try:
+            outcomes = self._exchange(self.calls, payloads, timeout)
+            self._check_alive_after(outcomes)
+        except RankPoolError:
+            raise  # the pool was torn down by _break
+        except BaseException:
+            self.close(force=True)  # interrupted mid-call: replies may still be queued; never reuse these ranks
+            raise
+        if any(o is not None and o.poisoned for o in outcomes):
+            self.close(force=True)  # the next call starts fresh ranks with a fresh process group
+        return outcomes  # type: ignore[return-value]
+
+    def check_alive(self) -> None:
+        """Raise RankPoolError (pool torn down) if a rank died since it last answered: the call it
+        answered is named, so the failure points at the code that killed it, not at the next call."""
+        dead = [rk for rk in self._ranks if not rk.process.is_alive()]
+        if dead:
+            for rk in dead:
+                rk.process.join(1.0)
+            notes = ", ".join(f"rank {rk.rank} {rk.process.exit_note()}" for rk in dead)
+            self._break("crash", f"{notes} after answering {self._last_call}", sorted(rk.rank for rk in dead),
+                        sorted(set(range(self.world_size)) - {rk.rank for rk in dead}), [None] * self.world_size)
+
+    def _check_alive_after(self, outcomes: list[RankOutcome | None]) -> None:
+        """Every rank answered; one that exited right after answering fails this call (not the next)."""
+        dead = [rk for rk in self._ranks if not rk.process.is_alive()]
+        if dead:
+            for rk in dead:
+                rk.process.join(1.0)
+            notes = ", ".join(f"rank {rk.rank} {rk.process.exit_note()} right after answering" for rk in dead)
+            self._break("crash", notes, sorted(rk.rank for rk in dead),
+                        sorted(set(range(self.world_size)) - {rk.rank for rk in dead}), outcomes)
+
+    def _exchange(self, call_id: int, payloads: list[bytes], timeout: float) -> list[RankOutcome | None]:
+        """Send the call to every rank, then read exactly one reply from each (or break the pool)."""
+        for rk, payload in zip(self._ranks, payloads):
             try:
-                rk.conn.send(("call", fn, args))
+                protocol.send(rk.conn, ("call", call_id, payload))
             except (BrokenPipeError, ConnectionResetError):
                 pass  # seen below as a crash
         outcomes: list[RankOutcome | None] = [None] * self.world_size
@@ -368,24 +432,18 @@ class RankPool:
             waitables = list(pending) + [s for rk in pending.values() for s in rk.process.sentinels()]
             ready = wait(waitables, max(limit - now, 0))
             if not ready:
-                waiting = sorted(rk.rank for rk in pending.values())
-                if first_error_at is not None:
-                    self._break("hang after error",
-                                f"rank(s) {error_order} raised; rank(s) {waiting} were still running"
-                                f" {self.straggler_grace:.1f}s later (probably blocked in a collective)",
-                                error_order, waiting, outcomes)
-                self._break("timeout", f"rank(s) {waiting} did not finish within {timeout:.1f}s",
-                            waiting, sorted(set(range(self.world_size)) - set(waiting)), outcomes)
+                self._stopped(sorted(rk.rank for rk in pending.values()), error_order, first_error_at,
+                              timeout, outcomes)
             dead = []
             for conn in [c for c in ready if c in pending]:
                 rk = pending[conn]
-                msg = _recv_or_none(conn)
-                if msg is None:
+                outcome = protocol.read_reply(rk.conn, rk.rank, call_id)
+                if outcome is None:
                     dead.append(rk)
                     continue
                 del pending[conn]
-                outcomes[rk.rank] = _outcome(rk.rank, msg)
-                if not outcomes[rk.rank].ok:
+                outcomes[rk.rank] = outcome
+                if not outcome.ok:
                     error_order.append(rk.rank)
                     if first_error_at is None:
                         first_error_at = time.monotonic()
@@ -398,9 +456,35 @@ class RankPool:
                 notes = ", ".join(f"rank {rk.rank} {rk.process.exit_note()}" for rk in dead)
                 self._break("crash", notes, error_order + dead_ranks,
                             sorted(set(range(self.world_size)) - set(dead_ranks) - set(error_order)), outcomes)
-        if any(o is not None and o.poisoned for o in outcomes):
-            self.close(force=True)  # the next call starts fresh ranks with a fresh process group
-        return outcomes  # type: ignore[return-value]
+        return outcomes
+
+    def _stopped(self, waiting: list[int], error_order: list[int], first_error_at: float | None,
+                 timeout: float, outcomes: list[RankOutcome | None]) -> None:
+        """Some ranks never answered: break the pool, blaming whoever actually stopped the group.
+
+        Ranks that raised a strict CollectiveTimeout name the ranks that never arrived: when those
+        are exactly the ones still running, the raisers were only waiting for them (a quiet hang).
+        """
+        missing = set()
+        for rank in error_order:
+            out = outcomes[rank]
+            if out is None or not out.missing_ranks:
+                missing = set()
+                break
+            missing |= set(out.missing_ranks)
+        if first_error_at is not None and not (missing and missing <= set(waiting)):
+            self._break("hang after error",
+                        f"rank(s) {error_order} raised; rank(s) {waiting} were still running"
+                        f" {self.straggler_grace:.1f}s later (probably blocked in a collective)",
+                        error_order, waiting, outcomes)
+        if first_error_at is not None:
+            cause = sorted(missing)
+            self._break("timeout", f"rank(s) {cause} never reached the collective that rank(s) {error_order} "
+                                   f"waited in until their strict timeout (still running "
+                                   f"{self.straggler_grace:.1f}s later)",
+                        cause, sorted(set(range(self.world_size)) - set(cause)), outcomes)
+        self._break("timeout", f"rank(s) {waiting} did not finish within {timeout:.1f}s",
+                    waiting, sorted(set(range(self.world_size)) - set(waiting)), outcomes)
 
     def _break(self, kind: str, summary: str, cause: list[int], collateral: list[int],
                outcomes: list[RankOutcome | None]) -> None:
@@ -438,11 +522,13 @@ def _recv_or_none(conn: Connection) -> Any:
         return None
 
 
-def _outcome(rank: int, msg: tuple) -> RankOutcome:
-    if msg[0] == "ok":
-        return RankOutcome(rank, True, value=msg[1], seconds=msg[2])
-    _, etype, text, tb, seconds, poisoned = msg
-    return RankOutcome(rank, False, error_type=etype, error=text, traceback=tb, seconds=seconds, poisoned=poisoned)
+def _is_zombie(pid: int) -> bool:
+    """True when `pid` has exited and awaits its parent's wait() (Linux /proc; elsewhere: never known)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def _exit_note(proc: Any) -> str:

@@ -10,6 +10,7 @@ import ctypes
 import faulthandler
 import importlib
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -117,13 +118,12 @@ def _init(rank: int, world_size: int, binding: Any, conn: Any) -> RankContext:
     if binding.backend == "sim":
         importlib.import_module("simgpu.backend")
     if rank == 0:
-        store = dist.TCPStore("127.0.0.1", 0, world_size, True, timedelta(seconds=binding.init_timeout),
-                              wait_for_workers=False)
+        store = listening_store(world_size, timedelta(seconds=binding.init_timeout))
         conn.send(("store_port", store.port))
     else:
         tag, port = conn.recv()
         assert tag == "store_port", tag
-        store = dist.TCPStore("127.0.0.1", port, world_size, False, timedelta(seconds=binding.init_timeout))
+        store = dist.TCPStore(_store_address(), port, world_size, False, timedelta(seconds=binding.init_timeout))
     device = torch.device("cpu")
     kwargs: dict[str, Any] = {}
     backend = binding.backend
@@ -141,6 +141,50 @@ def _init(rank: int, world_size: int, binding: Any, conn: Any) -> RankContext:
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=binding.init_timeout), **kwargs)
     return RankContext(rank, world_size, binding.backend, device)
+
+
+STORE_HOST_ENV = "SIMGPU_STORE_HOST"  # where rank 0's store listens; default 127.0.0.1 (loopback only)
+
+
+def listening_store(world_size: int, timeout: timedelta) -> Any:
+    """Rank 0's TCPStore, listening on loopback only (torch's own server binds every interface, IPv4
+    and IPv6, whatever host it is given): the socket is bound here and handed over. SIMGPU_STORE_HOST
+    names another address (said on stderr, since anyone who reaches it can use the store)."""
+    import socket
+
+    import torch.distributed as dist
+
+    host = os.environ.get(STORE_HOST_ENV, "").strip() or "127.0.0.1"
+    if host != "127.0.0.1":
+        print(f"simgpu: rank 0's store listens on {host} ({STORE_HOST_ENV}); anyone who reaches it can read and "
+              "write the process group's keys", file=sys.stderr, flush=True)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, 0))
+        sock.listen(1024)
+        port = sock.getsockname()[1]
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"simgpu: rank 0 cannot listen on {host} ({STORE_HOST_ENV}): {exc}") from None
+    fd = sock.detach()  # the store owns the listening socket from here on
+    try:
+        return dist.TCPStore(host, port, world_size, True, timeout, wait_for_workers=False, master_listen_fd=fd)
+    except RuntimeError:  # a torch whose libuv server refuses a listening socket: its classic server takes it
+        try:
+            return dist.TCPStore(host, port, world_size, True, timeout, wait_for_workers=False,
+                                 master_listen_fd=fd, use_libuv=False)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
+
+
+def _store_address() -> str:
+    """Where ranks 1.. reach rank 0's store (a wildcard listening address is reached on loopback)."""
+    host = os.environ.get(STORE_HOST_ENV, "").strip() or "127.0.0.1"
+    return {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
 
 
 class BackgroundThreadError(RuntimeError):
@@ -179,7 +223,7 @@ def rank_main(rank: int, world_size: int, binding: Any, conn: Any, diag: Any) ->
     try:
         ctx = _init(rank, world_size, binding, conn)
     except BaseException as exc:  # noqa: BLE001 - reported to the controller, then exit
-        conn.send(("init_error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        conn.send(("init_error", f"{type(exc).__name__}: {safe_str(exc)}", traceback.format_exc()))
         os._exit(3)
     conn.send(("ready", None))
     while True:
@@ -189,21 +233,7 @@ def rank_main(rank: int, world_size: int, binding: Any, conn: Any, diag: Any) ->
             os._exit(0)
         if msg[0] == "close":
             break
-        _, fn, args = msg
-        start = time.perf_counter()
-        try:
-            value = fn(ctx, *args)
-            _raise_thread_errors()
-            reply = ("ok", value, time.perf_counter() - start)
-            conn.send(reply)
-        except BaseException as exc:  # noqa: BLE001 - every rank's exception goes back to the controller
-            reply = ("err", _qualname(type(exc)), str(exc), traceback.format_exc(), time.perf_counter() - start,
-                     bool(getattr(exc, "poisons_process_group", False)))
-            try:
-                conn.send(reply)
-            except Exception as send_exc:  # an unpicklable value or exception
-                conn.send(("err", _qualname(type(send_exc)), f"could not send result: {send_exc}",
-                           traceback.format_exc(), time.perf_counter() - start, False))
+        _serve(ctx, conn, *msg[1:])
     try:
         import torch.distributed as dist
 
@@ -212,6 +242,37 @@ def rank_main(rank: int, world_size: int, binding: Any, conn: Any, diag: Any) ->
     finally:
         sys.stdout.flush()
         os._exit(0)
+
+
+def _serve(ctx: RankContext, conn: Any, call_id: int, payload: bytes) -> None:
+    """Run one call and send exactly one reply tagged with its number, whatever the function does."""
+    start = time.perf_counter()
+    try:
+        fn, args = pickle.loads(payload)  # here, not in recv: a function this rank cannot import is its error
+        value = fn(ctx, *args)
+        _raise_thread_errors()
+        conn.send(("ok", call_id, value, time.perf_counter() - start))
+    except BaseException as exc:  # noqa: BLE001 - every rank's exception goes back to the controller
+        details = {"missing_ranks": getattr(exc, "missing_ranks", None)}
+        reply = ("err", call_id, _qualname(type(exc)), safe_str(exc), traceback.format_exc(),
+                 time.perf_counter() - start, bool(getattr(exc, "poisons_process_group", False)), details)
+        try:
+            conn.send(reply)
+        except Exception as send_exc:  # noqa: BLE001 - an unpicklable value or exception
+            conn.send(("err", call_id, _qualname(type(send_exc)), f"could not send result: {safe_str(send_exc)}",
+                       traceback.format_exc(), time.perf_counter() - start, False, None))
+
+
+def safe_str(exc: BaseException) -> str:
+    """str(exc), or a note naming its type when its __str__ itself raises (the rank must still answer)."""
+    try:
+        return str(exc)
+    except BaseException as inner:  # noqa: BLE001
+        try:
+            inner_text = f"{type(inner).__name__}: {inner}"
+        except BaseException:  # noqa: BLE001
+            inner_text = type(inner).__name__
+        return f"<{_qualname(type(exc))}: its __str__ raised {inner_text}>"
 
 
 def _qualname(cls: type) -> str:

@@ -19,12 +19,13 @@ last call each of them made. After a timeout the group is out of step, as an NCC
 after its watchdog fires: the ranks that timed out refuse further collectives on that group
 (restart the ranks), and a late rank that arrives finds a tombstone and fails with a mismatch.
 
-Point-to-point ops (send/recv/isend/irecv, batch_isend_irecv) are not checked. They have no group
-order (NCCL runs them on per-pair streams, in any interleaving with collectives), irecv may match
-any later isend, and a missing peer already surfaces as a blocked wait that the pool's watchdog
-reports with every rank's stack. A pairwise check would need a store round trip per message and
-could still not order a recv against the sends of other pairs. (What NCCL does make blocking, the
-first send/recv of each pair, is modelled in simgpu.p2p_pairs, with its deadlock reported.)
+Point-to-point ops (send/recv/isend/irecv, batch_isend_irecv) are not part of this sequence: they
+have no group order (NCCL runs them on per-pair streams, in any interleaving with collectives). They
+are checked per pair instead (simgpu.p2p_check: the k-th message from rank i to rank j, per tag, must
+agree on element count and dtype with the recv it is delivered to; both ranks raise P2PMismatch). A
+missing peer surfaces as a blocked wait that the pool's watchdog reports with every rank's stack.
+(What NCCL does make blocking, the first send/recv of each pair, is modelled in simgpu.p2p_pairs,
+with its deadlock reported.)
 
 Fields compared per collective are only those NCCL needs to agree: element counts (not shapes: a
 (2, 3) tensor all-reduces with a (6,) one on NCCL), dtypes, reduce op, root, and for the ops that
@@ -36,6 +37,8 @@ check off (the emulation of NCCL's semantics stays on).
 from __future__ import annotations
 
 import functools
+import hashlib
+import hmac
 import json
 import os
 import sys
@@ -47,13 +50,23 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
+from simgpu import settings
+from simgpu.pool import GROUP_SECRET_ENV
+
 DEFAULT_TIMEOUT = 30.0
+SECRET_ENV = GROUP_SECRET_ENV  # set by RankPool and `simgpu run` for every rank: records are signed with it
 _KEY_PREFIX = "simgpu/strict"
 _MAX_PAIR_LINES = 8
 _timeout_override: float | None = None
 _SKIP_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch,))
 _SIMGPU_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _SKIP_FILES = ("typing_extensions.py", f"{os.sep}contextlib.py", f"{os.sep}functools.py", f"{os.sep}warnings.py")
+
+
+class ForgedRecord(RuntimeError):
+    """A strict-check record in the group's store that no rank of the group wrote (bad or missing HMAC)."""
+
+    poisons_process_group = True
 
 
 class CollectiveMismatch(RuntimeError):
@@ -69,6 +82,10 @@ class CollectiveTimeout(RuntimeError):
 
     poisons_process_group = True
 
+    def __init__(self, message: str, missing_ranks: list[int] | None = None):
+        super().__init__(message)
+        self.missing_ranks = missing_ranks  # global ranks that never arrived: the cause, not the raiser
+
 
 def set_timeout(seconds: float | None) -> None:
     """Override the strict deadline for this process (None: back to SIMGPU_STRICT_TIMEOUT / 30 s)."""
@@ -83,13 +100,7 @@ def get_timeout(default: float | None = None) -> float:
     value = os.environ.get("SIMGPU_STRICT_TIMEOUT")
     if not value:
         return DEFAULT_TIMEOUT if default is None else default
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ValueError(f"SIMGPU_STRICT_TIMEOUT must be a number of seconds, got {value!r}") from None
-    if seconds <= 0:
-        raise ValueError(f"SIMGPU_STRICT_TIMEOUT must be > 0 seconds, got {value!r}")
-    return seconds
+    return settings.strict_timeout(value)
 
 
 def enabled() -> bool:
@@ -151,9 +162,14 @@ class StrictChecker:
     """Per-group sequence of strict checks over the group's (already prefixed) store."""
 
     def __init__(self, store: dist.Store, rank: int, size: int,
-                 label: Callable[[], str] = lambda: "the process group", default_timeout: float | None = None):
+                 label: Callable[[], str] = lambda: "the process group", default_timeout: float | None = None,
+                 global_rank: Callable[[int], int] = lambda r: r):
         """label() names the group in messages (called only when one is raised); default_timeout
-        replaces the 30 s default (SIMGPU_STRICT_TIMEOUT and set_timeout() still win)."""
+        replaces the 30 s default (SIMGPU_STRICT_TIMEOUT and set_timeout() still win); global_rank
+        maps a group rank to its global rank (a timeout names the missing ranks globally)."""
+        self._global_rank = global_rank
+        secret = os.environ.get(SECRET_ENV, "")
+        self._secret = secret.encode() if secret else None
         self.default_timeout = default_timeout
         self.store = store
         self.rank = rank
@@ -193,7 +209,7 @@ class StrictChecker:
                 raise
             self._timed_out(mine, timeout)
         self._forget_before(seq)
-        calls = [json.loads(v) for v in self.store.multi_get(keys)]
+        calls = [self.open(k, v) for k, v in zip(keys, self.store.multi_get(keys))]
         problems = find_problems(calls)
         if problems:
             if any(c.get("abandoned") for c in calls):
@@ -221,7 +237,8 @@ class StrictChecker:
         self.seq += 1
         mine = {"op": call.op, "seq": self.seq, "rank": self.rank, "site": call.site, "text": call.text,
                 "agree": call.agree, "send": call.send, "recv": call.recv, **extra}
-        self.store.set(self._key(self.seq, self.rank), _dumps(mine))
+        key = self._key(self.seq, self.rank)
+        self.store.set(key, self.seal(key, _dumps(mine)))
         self._own.append(self.seq)
         return mine
 
@@ -260,10 +277,11 @@ class StrictChecker:
                    f"after {timeout:g}s: rank(s) {missing} did not arrive, rank(s) {arrived} did.\n"
                    + "\n".join(lines))
         tombstone = dict(mine, abandoned=True, text=f"abandoned {mine['text']} after a {timeout:g}s timeout")
-        self.store.set(self._key(seq, self.rank), _dumps(tombstone))
+        key = self._key(seq, self.rank)
+        self.store.set(key, self.seal(key, _dumps(tombstone)))
         self._broken = (f"simgpu: {self._label()} is unusable: collective #{seq} timed out earlier on this rank; "
                         f"its ranks are out of step (restart them)")
-        raise CollectiveTimeout(message)
+        raise CollectiveTimeout(message, [self._global_rank(r) for r in missing])
 
     def _read(self, seq: int, rank: int) -> dict | None:
         if seq < 1:
@@ -271,7 +289,36 @@ class StrictChecker:
         key = self._key(seq, rank)
         if not self.store.check([key]):
             return None
-        return json.loads(self.store.get(key))
+        return self.open(key, self.store.get(key))
+
+    # A descriptor is JSON, then (with SIMGPU_GROUP_SECRET set) "|" and the HMAC-SHA256 of key and JSON
+    # under the group's secret: whoever else reaches the store cannot write one the group accepts.
+    def seal(self, key: str, text: str) -> str:
+        """The record stored under key: text, signed when the group has a secret."""
+        if self._secret is None:
+            return text
+        return f"{text}|{_mac(self._secret, key, text)}"
+
+    def open(self, key: str, raw: bytes | str) -> dict:
+        """The descriptor stored under key; ForgedRecord if the group did not sign it."""
+        return json.loads(self.verified(key, raw))
+
+    def verified(self, key: str, raw: bytes | str) -> str:
+        """The text stored under key, its signature checked and removed (ForgedRecord if it fails)."""
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        if self._secret is not None:
+            body, sep, mac = text.rpartition("|")
+            good = _mac(self._secret, key, body)
+            if not sep or not hmac.compare_digest(mac, good):
+                raise ForgedRecord(f"simgpu: the strict-check record {key!r} of {self._label()} is not signed with "
+                                   f"this group's secret ({SECRET_ENV}): something outside the group wrote it "
+                                   f"to the store; it was not taken as a rank's call")
+            text = body
+        return text
+
+
+def _mac(secret: bytes, key: str, text: str) -> str:
+    return hmac.new(secret, key.encode() + b"\0" + text.encode(), hashlib.sha256).hexdigest()
 
 
 # ----------------------------------------------------------------------------- comparison
@@ -325,7 +372,7 @@ def _per_rank(calls: Sequence[dict], get: Callable[[dict], Any]) -> str:
     return ", ".join(f"rank {c['rank']}: {get(c)}" for c in calls)
 
 
-def render_mismatch(label: str, seq: int, calls: Sequence[dict], problems: list[str]) -> str:
+def render_mismatch(label: str, seq: int, calls: Sequence[dict], problems: list[str], head: str | None = None) -> str:
     """The CollectiveMismatch message: what differs, then one row per rank (call, call site)."""
     rows = [("rank", "call", "called at")]
     for c in calls:
@@ -333,5 +380,5 @@ def render_mismatch(label: str, seq: int, calls: Sequence[dict], problems: list[
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     table = ["  " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     table.insert(1, "  " + "-+-".join("-" * w for w in widths))
-    head = f"simgpu: ranks of {label} disagree at collective #{seq} (on NCCL: undefined behaviour, usually a hang)"
+    head = head or f"simgpu: ranks of {label} disagree at collective #{seq} (on NCCL: undefined behaviour, usually a hang)"
     return "\n".join([head] + [f"  - {p}" for p in problems] + table)

@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from simgpu import faults as faults_module
+from simgpu import settings
 from simgpu.outcomes import RanksFailed, values_or_raise
 from simgpu.pool import RankPool, RankPoolError
 from simgpu.selection import BackendChoiceError, attached_ranks, binding_for, check_backend
@@ -177,7 +178,7 @@ class Ranks:
         __tracebackhide__ = True  # the user's test line and every rank's story, not the plumbing between
         ref = FunctionRef.of(fn)
         try:
-            outcomes = self.pool.run(_call_on_rank, ref, args, timeout=timeout)
+            outcomes = self.pool.run(_call_on_rank, ref, args, timeout=timeout, label=f"{ref.module}.{ref.qualname}")
             if self.backend != "sim" and any(not o.ok for o in outcomes):
                 from simgpu.in_step import ensure_in_step
 
@@ -242,19 +243,20 @@ class RanksSession:
         self.backend: str = config.getoption("--simgpu-backend")
         self.backend_module: str | None = config.getoption("--simgpu-backend-module")
         self.timeout: float = config.getoption("--simgpu-rank-timeout")
-        if not self.timeout > 0:
-            raise pytest.UsageError(f"--simgpu-rank-timeout must be a number of seconds > 0, got {self.timeout:g}")
         self._config = config
         self._attached: Any = None
         self.lease: Any = None
         self.pools: dict[int, RankPool] = {}
 
     def check(self) -> None:
-        """Fail the run at start-up, in one line, for a backend that cannot work here."""
+        """Fail the run at start-up, in one line, for a backend that cannot work here, a bad timeout, or
+        a bad setting in the environment the ranks will read (SIMGPU_FAULTS, SIMGPU_STRICT_TIMEOUT)."""
         try:
             check_backend(self.backend, self.backend_module, option="--simgpu-backend",
                           local_ranks=self._config.getoption("--simgpu-attach") is None)
-        except BackendChoiceError as exc:
+            settings.positive_seconds("--simgpu-rank-timeout", self.timeout)
+            settings.check_environment()
+        except ValueError as exc:  # BackendChoiceError included
             raise pytest.UsageError(str(exc)) from None
 
     @property
@@ -283,11 +285,19 @@ class RanksSession:
         return self.pools[size]
 
     def close(self) -> None:
+        """Close every pool; a rank found dead at close (it died after the last answer) is raised
+        after all are closed."""
+        failure: RankPoolError | None = None
         for pool in self.pools.values():
-            pool.close()
+            try:
+                pool.close()
+            except RankPoolError as exc:
+                failure = failure or exc
         self.pools.clear()
         if self._attached is not None:
             self._attached.close()
+        if failure is not None:
+            raise failure
 
 
 _SESSION = pytest.StashKey[RanksSession]()
@@ -302,10 +312,27 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SESSION] = session
 
 
-def pytest_unconfigure(config: pytest.Config) -> None:
-    session = config.stash.get(_SESSION, None)
-    if session is not None:
-        session.close()
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Close the pools; a rank found dead at close fails the run, so a dying last test cannot leave
+    an all-passed report."""
+    state = session.config.stash.get(_SESSION, None)
+    if state is not None:
+        try:
+            state.close()
+        except RankPoolError as exc:
+            fail_session(session, exc)
+
+
+def fail_session(session: pytest.Session, exc: BaseException) -> None:
+    """Report an error found after the last test (at pool close) and make the run's exit status say so."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    text = f"simgpu: {exc}"
+    if reporter is not None:
+        reporter.write_sep("=", "simgpu: a rank failed after the last test's answer", red=True)
+        reporter.write_line(text)
+    else:
+        sys.stderr.write(text + "\n")
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -332,6 +359,11 @@ def ranks(request: pytest.FixtureRequest) -> Iterator[Ranks]:
     runner = Ranks(session.pool(size))
     yield runner
     runner.disarm()
+    if runner.pool.alive:
+        try:
+            runner.pool.check_alive()  # a rank that died after answering fails this test, not the next one
+        except RankPoolError as exc:
+            raise exc.with_traceback(None)
 
 
 def _skip_without_gpus(config: pytest.Config, session: RanksSession, world_size: int) -> None:

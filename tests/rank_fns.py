@@ -179,3 +179,87 @@ def bench_late_rank_time(ctx: Any, delay_s: float) -> float:
         return bench_ops.time_eager(buffers, plan, bench_ops.Timer(ctx.device)) / 1e3
     finally:
         bench_ops._barrier = on_time
+
+
+# ----------------------------------------------------------------------------- replies of every kind (issue 19)
+def _refuse_to_load(what: str) -> None:
+    raise ValueError(f"{what} cannot be rebuilt here")
+
+
+class LoadsOnlyOnRanks:
+    """Pickles fine on a rank, fails to unpickle in the controller (a class the controller cannot build)."""
+
+    def __reduce__(self) -> tuple:
+        return (_refuse_to_load, ("a LoadsOnlyOnRanks value",))
+
+
+class UnprintableError(Exception):
+    """An exception whose __str__ itself raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ of UnprintableError is broken")
+
+
+def answer(ctx: Any, kinds: list[str], token: int, sleep_s: float = 0.0) -> Any:
+    """Reply as kinds[rank] says: "ok" (rank, token), "raise", "unpicklable" (a lambda: the rank cannot
+    send it), "unloadable" (the controller cannot unpickle it), "unprintable" (an exception whose
+    __str__ raises). sleep_s first, so the controller can be interrupted while it waits."""
+    time.sleep(sleep_s)
+    kind = kinds[ctx.rank]
+    if kind == "raise":
+        raise RankFailure(f"rank {ctx.rank} refuses call {token}")
+    if kind == "unpicklable":
+        return lambda: token
+    if kind == "unloadable":
+        return LoadsOnlyOnRanks()
+    if kind == "unprintable":
+        raise UnprintableError()
+    return (ctx.rank, token)
+
+
+def exit_after_answer(ctx: Any, bad_rank: int, code: int, after_s: float) -> str:
+    """Answer, then (on bad_rank) exit with `code` from a background thread `after_s` seconds later."""
+    import threading
+
+    if ctx.rank == bad_rank:
+        threading.Timer(after_s, os._exit, (code,)).start()
+    return "answered"
+
+
+def p2p_pair(ctx: Any, send_spec: tuple, recv_spec: tuple, blocking: bool = True) -> list[float]:
+    """Rank 0 sends a tensor of send_spec (numel, dtype name), rank 1 receives into recv_spec; then a
+    second, matching message, to show the pair is usable when the first one agreed."""
+    import torch
+    import torch.distributed as dist
+
+    if ctx.rank == 0:
+        t = torch.arange(send_spec[0], dtype=getattr(torch, send_spec[1]), device=ctx.device)
+        if blocking:
+            dist.send(t, dst=1)  # send-site
+        else:
+            dist.isend(t, dst=1).wait()
+        return t.tolist()
+    t = torch.zeros(recv_spec[0], dtype=getattr(torch, recv_spec[1]), device=ctx.device)
+    if blocking:
+        dist.recv(t, src=0)  # recv-site
+    else:
+        dist.irecv(t, src=0).wait()
+    return t.tolist()
+
+
+def p2p_exchange(ctx: Any, n: int) -> list[float]:
+    """Both ranks isend first, then irecv (an isend must not wait for its peer's irecv), n times."""
+    import torch
+    import torch.distributed as dist
+
+    peer = 1 - ctx.rank
+    got = []
+    for i in range(n):
+        out = torch.full((3,), float(ctx.rank * 10 + i), device=ctx.device)
+        into = torch.zeros(3, device=ctx.device)
+        send = dist.isend(out, dst=peer)
+        recv = dist.irecv(into, src=peer)
+        recv.wait()
+        send.wait()
+        got.append(into[0].item())
+    return got

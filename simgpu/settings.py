@@ -1,0 +1,46 @@
+"""Environment settings the ranks read, checked once, up front, in the process that starts them.
+
+A malformed SIMGPU_FAULTS or SIMGPU_STRICT_TIMEOUT would otherwise be found by every rank at its
+first collective, once per test, as a traceback; here it is one line before anything starts
+(RankPool, the pytest plugins, `simgpu run`). No torch import: the launcher uses it too.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Mapping
+
+STRICT_TIMEOUT_ENV = "SIMGPU_STRICT_TIMEOUT"
+
+
+def strict_timeout(value: str) -> float:
+    """SIMGPU_STRICT_TIMEOUT's value as seconds (a finite number > 0), or ValueError saying what is wrong."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"{STRICT_TIMEOUT_ENV} must be a number of seconds, got {value!r}") from None
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(f"{STRICT_TIMEOUT_ENV} must be a finite number of seconds > 0, got {value!r}")
+    return seconds
+
+
+def check_environment(env: Mapping[str, str] | None = None) -> None:
+    """Raise ValueError (one line, naming the variable) if a setting the ranks will read is malformed."""
+    from simgpu import faults
+
+    env = os.environ if env is None else env
+    if env.get(STRICT_TIMEOUT_ENV):
+        strict_timeout(env[STRICT_TIMEOUT_ENV])
+    if env.get(faults.ENV_VAR):
+        try:
+            faults.from_json(env[faults.ENV_VAR])
+        except (ValueError, TypeError) as exc:
+            text = str(exc)
+            text = text[len("simgpu.faults: "):] if text.startswith("simgpu.faults: ") else text
+            raise ValueError(text if faults.ENV_VAR in text else f"{faults.ENV_VAR}: {text}") from None
+
+
+def positive_seconds(name: str, value: float | None) -> None:
+    """A timeout given in seconds must be a finite number > 0 (None: not given)."""
+    if value is not None and not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")

@@ -1,0 +1,77 @@
+"""Invalid option and environment values fail once, up front, in one line (issue 19): RankPool, the pytest
+plugin's options (--max-world-size, --rank-timeout), `simgpu run`, SIMGPU_FAULTS and SIMGPU_STRICT_TIMEOUT."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simgpu import settings
+from simgpu.pool import Binding, RankPool
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"SIMGPU_STRICT_TIMEOUT": "soon"}, "SIMGPU_STRICT_TIMEOUT must be a number of seconds, got 'soon'"),
+    ({"SIMGPU_STRICT_TIMEOUT": "-5"}, "SIMGPU_STRICT_TIMEOUT must be a finite number of seconds > 0, got '-5'"),
+    ({"SIMGPU_FAULTS": "[{"}, "SIMGPU_FAULTS is not JSON"),
+    ({"SIMGPU_FAULTS": '[{"rank": 1, "action": "explode"}]'}, "SIMGPU_FAULTS: unknown action 'explode'"),
+    ({"SIMGPU_FAULTS": '[{"rank": 1}]'}, "SIMGPU_FAULTS: "),
+])
+def test_malformed_settings_are_one_line_naming_the_variable(env: dict, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        settings.check_environment(env)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_good_settings_pass() -> None:
+    settings.check_environment({"SIMGPU_STRICT_TIMEOUT": "2.5", "SIMGPU_FAULTS": '[{"rank": 1, "action": "kill"}]'})
+
+
+@pytest.mark.parametrize("kwargs, binding, message", [
+    ({"timeout": 0}, Binding("gloo"), "RankPool timeout must be a finite number of seconds > 0, got 0"),
+    ({"timeout": -5}, Binding("gloo"), "RankPool timeout must be a finite number of seconds > 0, got -5"),
+    ({}, Binding("sim", env=(("SIMGPU_FAULTS", "nope"),)), "SIMGPU_FAULTS is not JSON"),
+    ({}, Binding("sim", env=(("SIMGPU_STRICT_TIMEOUT", "0"),)), "SIMGPU_STRICT_TIMEOUT must be a finite"),
+])
+def test_a_pool_refuses_bad_values_before_starting_a_rank(kwargs: dict, binding: Binding, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RankPool(2, binding, **kwargs)
+
+
+def _env(**extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    env.update(extra)
+    return env
+
+
+@pytest.mark.parametrize("args, env, message", [
+    (["--max-world-size", "0"], {}, "ERROR: --max-world-size must be between 1 and 8, got 0"),
+    (["--rank-timeout", "0"], {}, "ERROR: --rank-timeout must be a finite number of seconds > 0, got 0.0"),
+    (["--rank-timeout", "-5"], {}, "ERROR: --rank-timeout must be a finite number of seconds > 0, got -5.0"),
+    ([], {"SIMGPU_FAULTS": "[{"}, "ERROR: SIMGPU_FAULTS is not JSON"),
+    ([], {"SIMGPU_STRICT_TIMEOUT": "x"}, "ERROR: SIMGPU_STRICT_TIMEOUT must be a number of seconds, got 'x'"),
+])
+def test_pytest_stops_before_any_test_in_one_line(args: list[str], env: dict, message: str, tmp_path: Path) -> None:
+    (tmp_path / "test_nothing.py").write_text("def test_nothing(ranks):\n    pass\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args, str(tmp_path)],
+                          cwd=tmp_path, env=_env(**env), capture_output=True, text=True, timeout=300)
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
+    lines = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.strip()]
+    assert lines[0].startswith(message) and len(lines) == 1, lines
+
+
+def test_simgpu_run_checks_the_environment_before_starting_the_program(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    script = tmp_path / "prog.py"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    done = subprocess.run([sys.executable, "-m", "simgpu", "run", "--gpus", "1", str(script)], cwd=ROOT,
+                          env=_env(SIMGPU_STRICT_TIMEOUT="-1"), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and not marker.exists()
+    assert done.stderr.strip() == ("simgpu run: SIMGPU_STRICT_TIMEOUT must be a finite number of seconds > 0, "
+                                   "got '-1'")
