@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from simgpu import reaper, settings
-from simgpu.pool import GROUP_SECRET_ENV
+from simgpu.settings import GROUP_SECRET_ENV
 
 BOOT_DIR = Path(__file__).resolve().parent / "_boot"
 EXIT_TIMEOUT = 124

@@ -29,9 +29,9 @@ from typing import Any, Callable, Protocol
 
 from simgpu import protocol
 from simgpu.protocol import RankOutcome
+from simgpu.settings import GROUP_SECRET_ENV
 
 _PRELOAD = ["torch", "torch.distributed", "simgpu.rank"]
-GROUP_SECRET_ENV = "SIMGPU_GROUP_SECRET"  # per start of a pool (or per `simgpu run`): signs strict-check records
 _context: Any = None
 
 

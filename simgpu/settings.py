@@ -11,6 +11,7 @@ import os
 from typing import Mapping
 
 STRICT_TIMEOUT_ENV = "SIMGPU_STRICT_TIMEOUT"
+GROUP_SECRET_ENV = "SIMGPU_GROUP_SECRET"  # per start of a pool (or per `simgpu run`): signs strict-check records
 
 
 def strict_timeout(value: str) -> float:

@@ -51,7 +51,7 @@ import torch
 import torch.distributed as dist
 
 from simgpu import settings
-from simgpu.pool import GROUP_SECRET_ENV
+from simgpu.settings import GROUP_SECRET_ENV
 
 DEFAULT_TIMEOUT = 30.0
 SECRET_ENV = GROUP_SECRET_ENV  # set by RankPool and `simgpu run` for every rank: records are signed with it

@@ -123,7 +123,7 @@ def test_a_record_written_from_outside_the_group_is_refused_not_taken_as_a_ranks
 
 
 def test_pools_and_simgpu_run_give_their_ranks_a_secret() -> None:
-    from simgpu.pool import GROUP_SECRET_ENV
+    from simgpu.settings import GROUP_SECRET_ENV
 
     with RankPool(2, Binding("gloo", init_timeout=60.0), timeout=60.0) as pool:
         secrets_seen = [o.value for o in pool.run(_secret)]
@@ -132,7 +132,7 @@ def test_pools_and_simgpu_run_give_their_ranks_a_secret() -> None:
 
 
 def _secret(ctx) -> str:
-    from simgpu.pool import GROUP_SECRET_ENV
+    from simgpu.settings import GROUP_SECRET_ENV
 
     return os.environ.get(GROUP_SECRET_ENV, "")
 
