@@ -50,17 +50,23 @@ def _env(**extra: str) -> dict:
     return env
 
 
-@pytest.mark.parametrize("args, env, message", [
-    (["--max-world-size", "0"], {}, "ERROR: --max-world-size must be between 1 and 8, got 0"),
-    (["--rank-timeout", "0"], {}, "ERROR: --rank-timeout must be a finite number of seconds > 0, got 0.0"),
-    (["--rank-timeout", "-5"], {}, "ERROR: --rank-timeout must be a finite number of seconds > 0, got -5.0"),
-    ([], {"SIMGPU_FAULTS": "[{"}, "ERROR: SIMGPU_FAULTS is not JSON"),
-    ([], {"SIMGPU_STRICT_TIMEOUT": "x"}, "ERROR: SIMGPU_STRICT_TIMEOUT must be a number of seconds, got 'x'"),
+@pytest.mark.parametrize("suite, args, env, message", [
+    ("conformance", ["--max-world-size", "0"], {}, "ERROR: --max-world-size must be between 1 and 8, got 0"),
+    ("conformance", ["--rank-timeout", "0"], {}, "ERROR: --rank-timeout must be a finite number of seconds > 0, got 0.0"),
+    ("conformance", ["--rank-timeout", "-5"], {}, "ERROR: --rank-timeout must be a finite number of seconds > 0, got -5.0"),
+    ("conformance", [], {"SIMGPU_FAULTS": "[{"}, "ERROR: SIMGPU_FAULTS is not JSON"),
+    ("yours", ["--simgpu-rank-timeout", "0"], {},
+     "ERROR: --simgpu-rank-timeout must be a finite number of seconds > 0, got 0.0"),
+    ("yours", [], {"SIMGPU_FAULTS": "[{"}, "ERROR: SIMGPU_FAULTS is not JSON"),
+    ("yours", [], {"SIMGPU_STRICT_TIMEOUT": "x"}, "ERROR: SIMGPU_STRICT_TIMEOUT must be a number of seconds, got 'x'"),
 ])
-def test_pytest_stops_before_any_test_in_one_line(args: list[str], env: dict, message: str, tmp_path: Path) -> None:
+def test_pytest_stops_before_any_test_in_one_line(suite: str, args: list[str], env: dict, message: str,
+                                                  tmp_path: Path) -> None:
+    """The conformance suite's options and a user suite's --simgpu-* options alike."""
     (tmp_path / "test_nothing.py").write_text("def test_nothing(ranks):\n    pass\n")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args, str(tmp_path)],
-                          cwd=tmp_path, env=_env(**env), capture_output=True, text=True, timeout=300)
+    target, cwd = (str(ROOT / "conformance"), ROOT) if suite == "conformance" else (str(tmp_path), tmp_path)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args, target],
+                          cwd=cwd, env=_env(**env), capture_output=True, text=True, timeout=300)
     assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
     lines = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.strip()]
     assert lines[0].startswith(message) and len(lines) == 1, lines
