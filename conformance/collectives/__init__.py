@@ -6,6 +6,7 @@ from conformance.collectives import (  # noqa: F401
     barrier,
     broadcast,
     functional,
+    functional_autograd,
     gather_scatter,
     objects,
     p2p,
