@@ -5,6 +5,7 @@ from conformance.collectives import (  # noqa: F401
     all_to_all,
     barrier,
     broadcast,
+    coalesced,
     functional,
     functional_autograd,
     gather_scatter,
