@@ -6,6 +6,7 @@ from conformance.collectives import (  # noqa: F401
     barrier,
     broadcast,
     coalesced,
+    dtensor,
     functional,
     functional_autograd,
     gather_scatter,
