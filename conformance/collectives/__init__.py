@@ -4,6 +4,7 @@ from conformance.collectives import (  # noqa: F401
     all_reduce,
     all_to_all,
     barrier,
+    batch_mix,
     broadcast,
     coalesced,
     dtensor,
