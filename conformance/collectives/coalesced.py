@@ -83,6 +83,7 @@ def cases(draw: Any, world_size: int, cell: Cell, profile: Any) -> Case:
 
 
 def run(ctx: Any, case: Case) -> dict | None:
+    import torch
     import torch.distributed as dist
     from torch.distributed.distributed_c10d import _coalescing_manager
 
@@ -97,7 +98,8 @@ def run(ctx: Any, case: Case) -> dict | None:
     if name == "coalesced_all_reduce":
         outs = xs
     elif name == "coalesced_all_gather" and case.params["via"] == "function":
-        outs = [[empty(x.shape, d, "contiguous", ctx.device) for _ in range(n)] for x, d in zip(xs, dtypes)]
+        # output_tensor_lists[j][k]: member j's tensor k
+        outs = [[empty(x.shape, d, "contiguous", ctx.device) for x, d in zip(xs, dtypes)] for _ in range(n)]
     elif name == "coalesced_all_gather":
         outs = [empty((n * x.shape[0], *x.shape[1:]), d, "contiguous", ctx.device) for x, d in zip(xs, dtypes)]
     else:
@@ -107,9 +109,9 @@ def run(ctx: Any, case: Case) -> dict | None:
             work = dist.all_reduce_coalesced(xs, op=op, group=group, async_op=async_op)
         else:
             work = dist.all_gather_coalesced(outs, xs, group=group, async_op=async_op)
-        if async_op:  # all_reduce_coalesced hands back work.get_future(): its wait() gives the tensors
+        if async_op:  # the *_coalesced functions hand back work.get_future(): its wait() gives the tensors
             waited = work.wait()
-            waited = True if isinstance(waited, list) and all(a is b for a, b in zip(waited, xs)) else waited
+            waited = True if isinstance(work, torch._C.Future) and isinstance(waited, list) else waited
     else:
         with _coalescing_manager(group, async_ops=async_op) as cm:
             for x, out in zip(xs, outs):
@@ -135,6 +137,8 @@ def check_rank(case: Case, me: int, out: dict, flavor: str) -> Verdict:
     if case.async_op and case.params["via"] == "function" and out.get("waited") is not True:
         return Verdict(False, f"Work.wait() returned {out.get('waited')!r}, expected True")
     got, name = out["out"], case.collective
+    if name == "coalesced_all_gather" and case.params["via"] == "function":
+        got = [[member[k] for member in got] for k in range(len(case.inputs[me]))]  # by tensor, then member
     if len(got) != len(case.inputs[me]):
         return Verdict(False, f"{len(got)} outputs for a block of {len(case.inputs[me])}")
     for k, dtype in enumerate(case.params["dtypes"]):
@@ -142,7 +146,8 @@ def check_rank(case: Case, me: int, out: dict, flavor: str) -> Verdict:
         if name == "coalesced_all_reduce":
             verdict = check_reduction(got[k], mine, case.op, DTYPES[dtype], flavor)
         elif name == "coalesced_all_gather" and case.params["via"] == "function":
-            verdict = next((v for v in (check_exact_copy(g, w) for g, w in zip(got[k], mine)) if not v.ok), OK)
+            verdict = next((v for v in (check_exact_copy(g, w, f"from member {j}")
+                                        for j, (g, w) in enumerate(zip(got[k], mine))) if not v.ok), OK)
         elif name == "coalesced_all_gather":
             verdict = check_exact_copy(got[k], np.concatenate(mine))
         else:
