@@ -24,3 +24,24 @@ MODERN_FINDINGS = [
     )
     for backend in _EVERY_BACKEND
 ]
+
+MODERN_FINDINGS += [
+    Finding(
+        id=f"funcol-act-wait-drops-autograd-{backend}",
+        backend=backend,
+        summary="AsyncCollectiveTensor.wait() on all_gather_tensor_autograd's result returns a tensor cut from "
+                "the autograd graph where all_gather takes its view path (gather_dim > 0, the dims before it of "
+                "size 1): backward then raises; wait_tensor() and first use keep the graph",
+        evidence="conformance run, torch 2.13.0+cpu on sim: funcol_all_gather_tensor_autograd bfloat16, world 1, "
+                 "input (1, 0), gather_dim 1, y.wait(): RuntimeError 'element 0 of tensors does not require grad'. "
+                 "Probe, world 2, float32: input (1, 3) with gather_dim 1 fails the same way with y.wait(), while "
+                 "wait_tensor(y) and y.clone() give x.grad = 2; inputs (2, 3) (no view path) and gather_dim 0 work. "
+                 "ACT.wait() returns its inner tensor, which a view made below autograd (__torch_dispatch__) has "
+                 "no grad_fn on. Earlier torch versions not checked.",
+        outcome="should-work",
+        detail_pattern=r"does not require grad and does not have a grad_fn",
+        collectives=frozenset({"funcol_all_gather_tensor_autograd"}),
+        torch_min="2.13",
+    )
+    for backend in _EVERY_BACKEND
+]
