@@ -19,8 +19,8 @@ SYMBOL = {"pass": "ok", "rejected": "rej", "FAIL": "FAIL", "should-work": "SHOUL
 
 
 # Families of cells by name (docs/modern-collectives.md); everything else is the c10d Python API.
-FAMILY_PREFIXES = (("funcol_", "functional"), ("coalesced_", "coalesced"), ("batch_isend_irecv_mix", "coalesced"),
-                   ("dtensor_", "dtensor"), ("train.", "training"))
+FAMILY_PREFIXES = (("funcol.", "functional"), ("coalesced.", "coalesced"), ("coalesced.batch_isend_irecv", "coalesced"),
+                   ("dtensor.", "dtensor"), ("train.", "training"))
 
 
 def family_of(collective: str) -> str:

@@ -56,14 +56,14 @@ def _whole_world(case: Case) -> bool:
 
 
 def test_reduce_scatter_that_ignores_scatter_dim_is_caught(pool: RankPool) -> None:
-    case = drawn("funcol_reduce_scatter_tensor", "float32", "sum",
+    case = drawn("funcol.reduce_scatter_tensor", "float32", "sum",
                  lambda c: _whole_world(c) and c.params["dim"] != 0 and not c.params["uneven"]
                  and _nonzero(c.inputs))
     caught(pool, case, modern_broken.scatter_along_dim0)
 
 
 def test_coalesced_block_that_drops_its_last_tensor_is_caught(pool: RankPool) -> None:
-    case = drawn("coalesced_all_reduce", "float32", "sum",
+    case = drawn("coalesced.all_reduce", "float32", "sum",
                  lambda c: c.group is None and c.params["via"] == "manager" and c.params["mix"] == "none"
                  and len(c.inputs[0]) >= 2 and _nonzero([x[-1] for x in c.inputs]))
     caught(pool, case, modern_broken.block_drops_last)
@@ -71,19 +71,19 @@ def test_coalesced_block_that_drops_its_last_tensor_is_caught(pool: RankPool) ->
 
 def test_async_collective_tensor_returned_before_written_is_caught(pool: RankPool) -> None:
     for wait in ("wait_tensor", "first_use"):
-        case = drawn("funcol_all_reduce", "float32", "sum",
+        case = drawn("funcol.all_reduce", "float32", "sum",
                      lambda c: _whole_world(c) and c.params["wait"] == wait and _nonzero(c.inputs))
         caught(pool, case, modern_broken.returns_before_written)
 
 
 def test_all_gather_backward_without_reduce_scatter_is_caught(pool: RankPool) -> None:
-    case = drawn("funcol_all_gather_tensor_autograd", "float32", None,
+    case = drawn("funcol.all_gather_tensor_autograd", "float32", None,
                  lambda c: _whole_world(c) and _nonzero(c.params["grads"]))
     caught(pool, case, modern_broken.gather_grad_not_reduced)
 
 
 def test_dtensor_partial_max_reduced_as_sum_is_caught(pool: RankPool) -> None:
-    case = drawn("dtensor_redistribute", "float32", "max",
+    case = drawn("dtensor.redistribute", "float32", "max",
                  lambda c: c.params["mesh"] == (WORLD,) and c.params["src"] == [("P", "max")]
                  and c.params["tgt"] == [("R",)] and _nonzero(list(c.params["contrib"].values())))
     caught(pool, case, modern_broken.partial_reduce_ignores_op)

@@ -1,4 +1,4 @@
-"""batch_isend_irecv_mix: one batch_isend_irecv per rank holding sends and receives to and from any set
+"""coalesced.batch_isend_irecv: one batch_isend_irecv per rank holding sends and receives to and from any set
 of peers, each message with its own shape (zero-size included) and, drawn, its own dtype (float32 next
 to the cell's), in an order drawn per rank. Every rank sends at least to the next rank (so every rank
 takes part). Oracle: what rank i receives from j is exactly what j sent to i; every Work waits True.
@@ -20,7 +20,7 @@ def cases(draw: Any, world_size: int, cell: Cell, profile: Any) -> Case:
     n = world_size
     messages = {}
     # a refused dtype everywhere, or the refusal would hit some ranks only (NCCL: a hang)
-    refused = profile is not None and profile.reject(cell.collective.replace("_mix", ""), cell.dtype, None,
+    refused = profile is not None and profile.reject("batch_isend_irecv", cell.dtype, None,
                                                      "contiguous") is not None
     choices = [cell.dtype] if refused else [cell.dtype, cell.dtype, "float32"]
     for i in range(n):
@@ -74,5 +74,5 @@ def expect(profile: Any, case: Case) -> Reject | None:
 
 
 register(CollectiveSpec(
-    name="batch_isend_irecv_mix", family="data", cases=cases, run=run, check=check, check_rank=check_rank,
+    name="coalesced.batch_isend_irecv", family="data", cases=cases, run=run, check=check, check_rank=check_rank,
     expect=expect, busbw_factor=lambda n: 1.0, min_world=2, doc=__doc__, dtypes=("float32", "int64", "int16")))

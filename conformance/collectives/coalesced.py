@@ -1,13 +1,13 @@
 """Coalesced c10d calls: several tensors in one call, every tensor of the block checked.
 
-  coalesced_all_reduce      a `_coalescing_manager` block of dist.all_reduce, or dist.all_reduce_coalesced:
+  coalesced.all_reduce      a `_coalescing_manager` block of dist.all_reduce, or dist.all_reduce_coalesced:
                             every tensor reduced with the block's op. NCCL needs one dtype for the whole
                             block (TypeError "Tensors must have identical type"); all_reduce_coalesced
                             checks that itself (ValueError "Invalid usage of tensors with different dtypes").
-  coalesced_all_gather      a block of dist.all_gather_into_tensor (each output = cat_j x_j along dim 0), or
+  coalesced.all_gather      a block of dist.all_gather_into_tensor (each output = cat_j x_j along dim 0), or
                             dist.all_gather_coalesced (output lists), which NCCL does not implement
                             (NotImplementedError).
-  coalesced_reduce_scatter  a block of dist.reduce_scatter_tensor (each output = chunk_r of the reduction).
+  coalesced.reduce_scatter  a block of dist.reduce_scatter_tensor (each output = chunk_r of the reduction).
 A block that mixes collective types must raise torch's RuntimeError "Coalescing manager requires all
 collectives to be the same type" where this torch has that check (2.13 has it; without it the block is
 undefined and is not drawn).
@@ -39,8 +39,8 @@ TORCH_SAME_DTYPE = Reject(("ValueError",), r"Invalid usage of tensors with diffe
                           "torch's all_reduce_coalesced checks the dtypes itself")
 NO_GATHER_COALESCED = {"nccl": Reject(("NotImplementedError", "RuntimeError"), r"does not support allgather_coalesced",
                                       "ProcessGroupNCCL has no allgather_coalesced")}
-BASE = {"coalesced_all_reduce": "all_reduce", "coalesced_all_gather": "all_gather_into_tensor",
-        "coalesced_reduce_scatter": "reduce_scatter_tensor"}
+BASE = {"coalesced.all_reduce": "all_reduce", "coalesced.all_gather": "all_gather_into_tensor",
+        "coalesced.reduce_scatter": "reduce_scatter_tensor"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -62,16 +62,16 @@ def has_manager() -> str | None:
 def cases(draw: Any, world_size: int, cell: Cell, profile: Any) -> Case:
     case = draw_frame(draw, world_size, cell)
     name = cell.collective
-    vias = ["manager", "function"] if name != "coalesced_reduce_scatter" else ["manager"]
+    vias = ["manager", "function"] if name != "coalesced.reduce_scatter" else ["manager"]
     case.params["via"] = draw(st.sampled_from(vias), label="via")
     count = draw(st.integers(1, 4), label="tensors")
     tensor_shapes = [draw(shapes(min_dims=1, max_side=4), label=f"shape {k}") for k in range(count)]
-    if name == "coalesced_reduce_scatter":
+    if name == "coalesced.reduce_scatter":
         tensor_shapes = [(s[0] * case.size, *s[1:]) for s in tensor_shapes]
     mixes = ["none", "none"]
     if case.params["via"] == "manager" and refuses_mixed_types():
         mixes.append("types")
-    if name == "coalesced_all_reduce" and count > 1:
+    if name == "coalesced.all_reduce" and count > 1:
         mixes.append("dtypes")
     case.params["mix"] = draw(st.sampled_from(mixes), label="mix")
     dtypes = [case.dtype] * count
@@ -95,17 +95,17 @@ def run(ctx: Any, case: Case) -> dict | None:
     xs = [make(a, d, "contiguous", ctx.device) for a, d in zip(case.inputs[me], dtypes)]
     op = reduce_op(case.op) if case.op else None
     waited = None
-    if name == "coalesced_all_reduce":
+    if name == "coalesced.all_reduce":
         outs = xs
-    elif name == "coalesced_all_gather" and case.params["via"] == "function":
+    elif name == "coalesced.all_gather" and case.params["via"] == "function":
         # output_tensor_lists[j][k]: member j's tensor k
         outs = [[empty(x.shape, d, "contiguous", ctx.device) for x, d in zip(xs, dtypes)] for _ in range(n)]
-    elif name == "coalesced_all_gather":
+    elif name == "coalesced.all_gather":
         outs = [empty((n * x.shape[0], *x.shape[1:]), d, "contiguous", ctx.device) for x, d in zip(xs, dtypes)]
     else:
         outs = [empty((x.shape[0] // n, *x.shape[1:]), d, "contiguous", ctx.device) for x, d in zip(xs, dtypes)]
     if case.params["via"] == "function":
-        if name == "coalesced_all_reduce":
+        if name == "coalesced.all_reduce":
             work = dist.all_reduce_coalesced(xs, op=op, group=group, async_op=async_op)
         else:
             work = dist.all_gather_coalesced(outs, xs, group=group, async_op=async_op)
@@ -115,15 +115,15 @@ def run(ctx: Any, case: Case) -> dict | None:
     else:
         with _coalescing_manager(group, async_ops=async_op) as cm:
             for x, out in zip(xs, outs):
-                if name == "coalesced_all_reduce":
+                if name == "coalesced.all_reduce":
                     dist.all_reduce(x, op=op, group=group)
-                elif name == "coalesced_all_gather":
+                elif name == "coalesced.all_gather":
                     dist.all_gather_into_tensor(out, x, group=group)
                 else:
                     dist.reduce_scatter_tensor(out, x, op=op, group=group)
             if case.params["mix"] == "types":  # one collective of another type closes the block
                 spare = xs[0].reshape(-1)[:0]
-                if name == "coalesced_all_gather":
+                if name == "coalesced.all_gather":
                     dist.all_reduce(spare, group=group)
                 else:
                     dist.all_gather_into_tensor(spare.new_empty(0), spare, group=group)
@@ -137,18 +137,18 @@ def check_rank(case: Case, me: int, out: dict, flavor: str) -> Verdict:
     if case.async_op and case.params["via"] == "function" and out.get("waited") is not True:
         return Verdict(False, f"Work.wait() returned {out.get('waited')!r}, expected True")
     got, name = out["out"], case.collective
-    if name == "coalesced_all_gather" and case.params["via"] == "function":
+    if name == "coalesced.all_gather" and case.params["via"] == "function":
         got = [[member[k] for member in got] for k in range(len(case.inputs[me]))]  # by tensor, then member
     if len(got) != len(case.inputs[me]):
         return Verdict(False, f"{len(got)} outputs for a block of {len(case.inputs[me])}")
     for k, dtype in enumerate(case.params["dtypes"]):
         mine = [x[k] for x in case.inputs]
-        if name == "coalesced_all_reduce":
+        if name == "coalesced.all_reduce":
             verdict = check_reduction(got[k], mine, case.op, DTYPES[dtype], flavor)
-        elif name == "coalesced_all_gather" and case.params["via"] == "function":
+        elif name == "coalesced.all_gather" and case.params["via"] == "function":
             verdict = next((v for v in (check_exact_copy(g, w, f"from member {j}")
                                         for j, (g, w) in enumerate(zip(got[k], mine))) if not v.ok), OK)
-        elif name == "coalesced_all_gather":
+        elif name == "coalesced.all_gather":
             verdict = check_exact_copy(got[k], np.concatenate(mine))
         else:
             rows = mine[0].shape[0] // case.size
@@ -170,7 +170,7 @@ def expect(profile: Any, case: Case) -> Reject | None:
     flavor = profile.name if profile is not None else None
     if case.params["mix"] == "dtypes":
         found.append(MIXED_DTYPES.get(flavor) if case.params["via"] == "manager" else TORCH_SAME_DTYPE)
-    if case.collective == "coalesced_all_gather" and case.params["via"] == "function":
+    if case.collective == "coalesced.all_gather" and case.params["via"] == "function":
         found.append(NO_GATHER_COALESCED.get(flavor))
     if profile is not None:
         empty = all(x.size == 0 for xs in case.inputs for x in xs)
@@ -180,9 +180,9 @@ def expect(profile: Any, case: Case) -> Reject | None:
 
 
 for _name, _family, _dtypes, _ops in (
-        ("coalesced_all_reduce", "reduce", ("float32", "int32", "int16"), ("sum", "avg", "max")),
-        ("coalesced_all_gather", "data", ("float32", "int64", "int16"), None),
-        ("coalesced_reduce_scatter", "reduce", ("float32", "int32", "int16"), ("sum", "max"))):
+        ("coalesced.all_reduce", "reduce", ("float32", "int32", "int16"), ("sum", "avg", "max")),
+        ("coalesced.all_gather", "data", ("float32", "int64", "int16"), None),
+        ("coalesced.reduce_scatter", "reduce", ("float32", "int32", "int16"), ("sum", "max"))):
     register(CollectiveSpec(
         name=_name, family=_family, cases=cases, run=run, check=check, check_rank=check_rank, expect=expect,
         busbw_factor=lambda n: 1.0, doc=__doc__, dtypes=_dtypes, ops=_ops, requires=has_manager))

@@ -1,6 +1,6 @@
 """DTensor placements over the backend: redistribution and an op whose output is Partial.
 
-dtensor_redistribute: a 1-D or 2-D DeviceMesh over every rank, a global array, source and target
+dtensor.redistribute: a 1-D or 2-D DeviceMesh over every rank, a global array, source and target
 placements per mesh dim. Sources: Shard(d) over any tensor dim (uneven shards included), Replicate,
 Partial(op); targets: Shard(d) or Replicate (torch 2.13 refuses a Partial target: "for internal use
 only"). The DTensor is built with distribute_tensor(global) or, per rank, DTensor.from_local(local shard,
@@ -10,7 +10,7 @@ the Partial mesh dims). Oracle: Shard(d) on mesh dim i gives coordinate c its to
 contributions with op. Checked: the source's local shard, the target's local shard on every rank, the
 target's full_tensor() and its global shape. AVG is drawn on one Partial mesh dim at most (an average of
 averages rounds, and truncates integers, twice).
-dtensor_matmul: A (m, k) Shard(1) @ B (k, p) Shard(0) on a 1-D mesh: C must be Partial(sum) (where k is at
+dtensor.matmul: A (m, k) Shard(1) @ B (k, p) Shard(0) on a 1-D mesh: C must be Partial(sum) (where k is at
 least the mesh size: a shorter dim counts as unshardable and another strategy may win), each rank's
 local C the product of its own pieces, C.full_tensor() = A @ B (small integers: exact in float32).
 This tests torch's DTensor over each backend as much as the backend: a disagreement between backends is a
@@ -230,11 +230,11 @@ def _all(check_one: Any) -> Any:
 
 
 register(CollectiveSpec(
-    name="dtensor_redistribute", family="reduce", cases=redistribute_cases, run=run_redistribute,
+    name="dtensor.redistribute", family="reduce", cases=redistribute_cases, run=run_redistribute,
     check=_all(check_redistribute), check_rank=check_redistribute, expect=expect_redistribute,
     busbw_factor=lambda n: 1.0, doc=__doc__, dtypes=("float32", "int32"), ops=("sum", "avg", "max", "min"),
     requires=requires))
 register(CollectiveSpec(
-    name="dtensor_matmul", family="data", cases=matmul_cases, run=run_matmul, check=_all(check_matmul),
+    name="dtensor.matmul", family="data", cases=matmul_cases, run=run_matmul, check=_all(check_matmul),
     check_rank=check_matmul, expect=lambda profile, case: None, busbw_factor=lambda n: 1.0, doc=__doc__,
     dtypes=("float32",), requires=requires))

@@ -1,16 +1,16 @@
 """Functional collectives (torch.distributed._functional_collectives, the _c10d_functional ops): the
 result is a new tensor (an AsyncCollectiveTensor in eager mode), the input is left alone.
 
-  funcol_all_reduce(x, op)                  y = (+)_j x_j
-  funcol_all_reduce_coalesced([x..], op)    each tensor of the list reduced
-  funcol_all_gather_tensor(x, gather_dim)   y = cat_j x_j along gather_dim (any dim)
-  funcol_all_gather_into_tensor_coalesced   each tensor gathered along dim 0
-  funcol_reduce_scatter_tensor(x, op, d)    y_r = chunk_r((+)_j x_j) along d; torch asserts that
+  funcol.all_reduce(x, op)                  y = (+)_j x_j
+  funcol.all_reduce_coalesced([x..], op)    each tensor of the list reduced
+  funcol.all_gather_tensor(x, gather_dim)   y = cat_j x_j along gather_dim (any dim)
+  funcol.all_gather_into_tensor_coalesced   each tensor gathered along dim 0
+  funcol.reduce_scatter_tensor(x, op, d)    y_r = chunk_r((+)_j x_j) along d; torch asserts that
                                             x.size(d) divides by the group size (AssertionError)
-  funcol_reduce_scatter_tensor_coalesced    each tensor reduce-scattered along its own dim
-  funcol_all_to_all_single(x, out, in)      rows out in pieces, uneven and zero splits, or even (None)
-  funcol_broadcast(x, src)                  y = x_src (src: a group rank)
-  funcol_permute_tensor(x, src_dst)         y_r = x_s where src_dst[s] = r; torch passes numel() as the
+  funcol.reduce_scatter_tensor_coalesced    each tensor reduce-scattered along its own dim
+  funcol.all_to_all_single(x, out, in)      rows out in pieces, uneven and zero splits, or even (None)
+  funcol.broadcast(x, src)                  y = x_src (src: a group rank)
+  funcol.permute_tensor(x, src_dst)         y_r = x_s where src_dst[s] = r; torch passes numel() as the
                                             dim-0 split size, so a tensor whose numel is not its dim 0
                                             raises c10d's "Split sizes doesn't match total dim 0 size"
 
@@ -76,7 +76,7 @@ def one_tensor(draw: Any, world_size: int, cell: Cell, profile: Any) -> Case:
     case = _frame(draw, world_size, cell)
     shape = draw(shapes(min_dims=0, max_side=5), label="shape")
     case.inputs = _inputs(draw, case, shape)
-    if cell.collective == "funcol_broadcast":
+    if cell.collective == "funcol.broadcast":
         case.root = draw(st.integers(0, group_size_of(case) - 1), label="src")
     return case
 
@@ -166,27 +166,27 @@ def settle(y: Any, mode: str) -> Any:
 
 def _call(case: Case, x: Any, group: Any, me: int) -> Any:
     name, op = case.collective, case.op
-    if name == "funcol_all_reduce":
+    if name == "funcol.all_reduce":
         return funcol("all_reduce")(x, op, group)
-    if name == "funcol_all_reduce_coalesced":
+    if name == "funcol.all_reduce_coalesced":
         return funcol("all_reduce_coalesced")(x, op, group)
-    if name == "funcol_all_gather_tensor":
+    if name == "funcol.all_gather_tensor":
         return funcol("all_gather_tensor", "all_gather_single")(x, case.params["dim"], group)
-    if name == "funcol_all_gather_into_tensor_coalesced":
+    if name == "funcol.all_gather_into_tensor_coalesced":
         return funcol("all_gather_into_tensor_coalesced", "all_gather_single_coalesced")(x, group)
-    if name == "funcol_reduce_scatter_tensor":
+    if name == "funcol.reduce_scatter_tensor":
         return funcol("reduce_scatter_tensor", "reduce_scatter_single")(x, op, case.params["dim"], group)
-    if name == "funcol_reduce_scatter_tensor_coalesced":
+    if name == "funcol.reduce_scatter_tensor_coalesced":
         fn = funcol("reduce_scatter_tensor_coalesced", "reduce_scatter_single_coalesced")
         return fn(x, op, case.params["dims"], group)
-    if name == "funcol_all_to_all_single":
+    if name == "funcol.all_to_all_single":
         if case.params["even"]:
             return funcol("all_to_all_single")(x, None, None, group)
         m = case.params["rows"]
         return funcol("all_to_all_single")(x, [m[j][me] for j in range(len(m))], list(m[me]), group)
-    if name == "funcol_broadcast":
+    if name == "funcol.broadcast":
         return funcol("broadcast")(x, case.root, group)
-    if name == "funcol_permute_tensor":
+    if name == "funcol.permute_tensor":
         return funcol("permute_tensor")(x, list(case.params["src_dst"]), group)
     raise ValueError(name)
 
@@ -223,26 +223,26 @@ def expected(case: Case, pos: int) -> tuple[str, Any]:
     me = group.index(case.members[pos])
     ins = [case.inputs[case.members.index(r)] for r in group]
     name = case.collective
-    if name == "funcol_all_reduce":
+    if name == "funcol.all_reduce":
         return "reduce", ins
-    if name == "funcol_all_reduce_coalesced":
+    if name == "funcol.all_reduce_coalesced":
         return "reduce_list", [[x[k] for x in ins] for k in range(len(ins[0]))]
-    if name == "funcol_all_gather_tensor":
+    if name == "funcol.all_gather_tensor":
         return "copy", np.concatenate(ins, axis=case.params["dim"])
-    if name == "funcol_all_gather_into_tensor_coalesced":
+    if name == "funcol.all_gather_into_tensor_coalesced":
         return "copy_list", [np.concatenate([x[k] for x in ins]) for k in range(len(ins[0]))]
-    if name == "funcol_reduce_scatter_tensor":
+    if name == "funcol.reduce_scatter_tensor":
         return "reduce", [_chunk(x, me, len(group), case.params["dim"]) for x in ins]
-    if name == "funcol_reduce_scatter_tensor_coalesced":
+    if name == "funcol.reduce_scatter_tensor_coalesced":
         return "reduce_list", [[_chunk(x[k], me, len(group), d) for x in ins]
                                for k, d in enumerate(case.params["dims"])]
-    if name == "funcol_all_to_all_single":
+    if name == "funcol.all_to_all_single":
         m = case.params["rows"]
         pieces = [x[sum(m[j][:me]):sum(m[j][:me + 1])] for j, x in enumerate(ins)]
         return "copy", np.concatenate(pieces) if pieces else ins[me]
-    if name == "funcol_broadcast":
+    if name == "funcol.broadcast":
         return "copy", ins[case.root]
-    if name == "funcol_permute_tensor":
+    if name == "funcol.permute_tensor":
         return "copy", ins[list(case.params["src_dst"]).index(me)]
     raise ValueError(name)
 
@@ -281,13 +281,13 @@ def check(case: Case, outputs: list, flavor: str) -> list[Verdict]:
 
 # ----------------------------------------------------------------------------- expectations
 BACKEND_COLLECTIVE = {
-    "funcol_all_reduce": "all_reduce", "funcol_all_reduce_coalesced": "all_reduce",
-    "funcol_all_gather_tensor": "all_gather_into_tensor",
-    "funcol_all_gather_into_tensor_coalesced": "all_gather_into_tensor",
-    "funcol_reduce_scatter_tensor": "reduce_scatter_tensor",
-    "funcol_reduce_scatter_tensor_coalesced": "reduce_scatter_tensor",
-    "funcol_all_to_all_single": "all_to_all_single", "funcol_broadcast": "broadcast",
-    "funcol_permute_tensor": "all_to_all_single",
+    "funcol.all_reduce": "all_reduce", "funcol.all_reduce_coalesced": "all_reduce",
+    "funcol.all_gather_tensor": "all_gather_into_tensor",
+    "funcol.all_gather_into_tensor_coalesced": "all_gather_into_tensor",
+    "funcol.reduce_scatter_tensor": "reduce_scatter_tensor",
+    "funcol.reduce_scatter_tensor_coalesced": "reduce_scatter_tensor",
+    "funcol.all_to_all_single": "all_to_all_single", "funcol.broadcast": "broadcast",
+    "funcol.permute_tensor": "all_to_all_single",
 }
 UNEVEN_SCATTER = Reject(("AssertionError",), r"must be a multiple of group_size",
                         "torch's functional reduce_scatter needs the scatter dim to divide by the group size")
@@ -303,7 +303,7 @@ def expect(profile: Any, case: Case) -> Reject | None:
                                       size=group_size_of(case), empty=_all_empty(case)))
     if case.params.get("uneven"):
         rejects.append(UNEVEN_SCATTER)
-    if case.collective == "funcol_permute_tensor":
+    if case.collective == "funcol.permute_tensor":
         shape = case.inputs[0].shape
         if int(np.prod(shape)) != shape[0]:
             rejects.append(PERMUTE_ND)
@@ -316,18 +316,18 @@ def _all_empty(case: Case) -> bool:
 
 
 ENTRIES = (
-    ("funcol_all_reduce", "reduce", one_tensor, FUNCOL_OPS, ("all_reduce",)),
-    ("funcol_all_reduce_coalesced", "reduce", tensor_list, ("sum", "max"), ("all_reduce_coalesced",)),
-    ("funcol_all_gather_tensor", "data", gather_tensor, None, ("all_gather_tensor|all_gather_single",)),
-    ("funcol_all_gather_into_tensor_coalesced", "data", tensor_list, None,
+    ("funcol.all_reduce", "reduce", one_tensor, FUNCOL_OPS, ("all_reduce",)),
+    ("funcol.all_reduce_coalesced", "reduce", tensor_list, ("sum", "max"), ("all_reduce_coalesced",)),
+    ("funcol.all_gather_tensor", "data", gather_tensor, None, ("all_gather_tensor|all_gather_single",)),
+    ("funcol.all_gather_into_tensor_coalesced", "data", tensor_list, None,
      ("all_gather_into_tensor_coalesced|all_gather_single_coalesced",)),
-    ("funcol_reduce_scatter_tensor", "reduce", scatter_tensor, ("sum", "avg", "min"),
+    ("funcol.reduce_scatter_tensor", "reduce", scatter_tensor, ("sum", "avg", "min"),
      ("reduce_scatter_tensor|reduce_scatter_single",)),
-    ("funcol_reduce_scatter_tensor_coalesced", "reduce", scatter_list, ("sum", "max"),
+    ("funcol.reduce_scatter_tensor_coalesced", "reduce", scatter_list, ("sum", "max"),
      ("reduce_scatter_tensor_coalesced|reduce_scatter_single_coalesced",)),
-    ("funcol_all_to_all_single", "data", all_to_all, None, ("all_to_all_single",)),
-    ("funcol_broadcast", "data", one_tensor, None, ("broadcast",)),
-    ("funcol_permute_tensor", "data", permute, None, ("permute_tensor",)),
+    ("funcol.all_to_all_single", "data", all_to_all, None, ("all_to_all_single",)),
+    ("funcol.broadcast", "data", one_tensor, None, ("broadcast",)),
+    ("funcol.permute_tensor", "data", permute, None, ("permute_tensor",)),
 )
 
 for _name, _family, _cases, _ops, _needs in ENTRIES:

@@ -30,9 +30,9 @@ def _out_shape(case: Case, pos: int) -> tuple[int, ...]:
     group = groups_of(case)[pos]
     shape = list(case.inputs[pos].shape)
     name = case.collective
-    if name == "funcol_all_gather_tensor_autograd":
+    if name == "funcol.all_gather_tensor_autograd":
         shape[case.params["dim"]] *= len(group)
-    elif name == "funcol_reduce_scatter_tensor_autograd":
+    elif name == "funcol.reduce_scatter_tensor_autograd":
         shape[case.params["dim"]] //= len(group)
     else:
         me = group.index(case.members[pos])
@@ -42,8 +42,8 @@ def _out_shape(case: Case, pos: int) -> tuple[int, ...]:
 
 def cases(draw: Any, world_size: int, cell: Cell, profile: Any) -> Case:
     base = Cell(cell.collective.replace("_autograd", ""), cell.dtype, cell.op)
-    drawer = {"funcol_all_gather_tensor": fn.gather_tensor, "funcol_reduce_scatter_tensor": _even_scatter,
-              "funcol_all_to_all_single": fn.all_to_all}[base.collective]
+    drawer = {"funcol.all_gather_tensor": fn.gather_tensor, "funcol.reduce_scatter_tensor": _even_scatter,
+              "funcol.all_to_all_single": fn.all_to_all}[base.collective]
     case = drawer(draw, world_size, base, profile)
     case.collective = cell.collective
     case.params["grads"] = [draw(values(case.dtype, _out_shape(case, pos)), label=f"grad {pos}")
@@ -68,9 +68,9 @@ def run(ctx: Any, case: Case) -> dict | None:
     pos = case.members.index(ctx.rank)
     x = make(case.inputs[pos], case.dtype, "contiguous", ctx.device).requires_grad_()
     name = case.collective
-    if name == "funcol_all_gather_tensor_autograd":
+    if name == "funcol.all_gather_tensor_autograd":
         y = fn.funcol("all_gather_tensor_autograd", "all_gather_single_autograd")(x, case.params["dim"], group)
-    elif name == "funcol_reduce_scatter_tensor_autograd":
+    elif name == "funcol.reduce_scatter_tensor_autograd":
         call = fn.funcol("reduce_scatter_tensor_autograd", "reduce_scatter_single_autograd")
         y = call(x, case.op, case.params["dim"], group)
     else:
@@ -94,10 +94,10 @@ def check_rank(case: Case, pos: int, out: dict, flavor: str) -> Verdict:
     if out["grad"] is None:
         return Verdict(False, "x.grad is None after backward")
     name, dtype = case.collective, DTYPES[case.dtype]
-    if name == "funcol_all_gather_tensor_autograd":
+    if name == "funcol.all_gather_tensor_autograd":
         verdict = check_reduction(out["grad"], [fn._chunk(g, me, len(group), case.params["dim"]) for g in grads],
                                   "sum", dtype, flavor)
-    elif name == "funcol_reduce_scatter_tensor_autograd":
+    elif name == "funcol.reduce_scatter_tensor_autograd":
         verdict = check_exact_copy(out["grad"], np.concatenate(grads, axis=case.params["dim"]))
     else:
         m = case.params["rows"]
@@ -125,13 +125,13 @@ def expect(profile: Any, case: Case) -> Any:
                           size=len(groups_of(case)[0])) if profile is not None else None
 
 
-NEEDS = {"funcol_all_gather_tensor_autograd": "all_gather_tensor_autograd|all_gather_single_autograd",
-         "funcol_reduce_scatter_tensor_autograd": "reduce_scatter_tensor_autograd|reduce_scatter_single_autograd",
-         "funcol_all_to_all_single_autograd": "all_to_all_single_autograd"}
+NEEDS = {"funcol.all_gather_tensor_autograd": "all_gather_tensor_autograd|all_gather_single_autograd",
+         "funcol.reduce_scatter_tensor_autograd": "reduce_scatter_tensor_autograd|reduce_scatter_single_autograd",
+         "funcol.all_to_all_single_autograd": "all_to_all_single_autograd"}
 
-for _name, _family, _ops in (("funcol_all_gather_tensor_autograd", "data", None),
-                             ("funcol_reduce_scatter_tensor_autograd", "reduce", ("sum",)),
-                             ("funcol_all_to_all_single_autograd", "data", None)):
+for _name, _family, _ops in (("funcol.all_gather_tensor_autograd", "data", None),
+                             ("funcol.reduce_scatter_tensor_autograd", "reduce", ("sum",)),
+                             ("funcol.all_to_all_single_autograd", "data", None)):
     register(CollectiveSpec(
         name=_name, family=_family, cases=cases, run=run, check=check, check_rank=check_rank, expect=expect,
         busbw_factor=lambda n: 1.0, doc=__doc__, dtypes=AUTOGRAD_DTYPES, ops=_ops, requires=fn.missing(NEEDS[_name])))
