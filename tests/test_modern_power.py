@@ -1,9 +1,9 @@
 """Suite power for the modern families (issue 17 part 5): each deliberately broken variant in
-tests/modern_broken.py must fail in the conformance driver (FAIL, or should-work where it raises), and the same case with the real
-call must pass, on the simulator.
+tests/modern_broken.py must fail in the conformance driver (FAIL, or should-work where it raises), and
+the same case with the real call must pass, on the simulator.
 
-The cases are drawn by the specs' own strategies (hypothesis `find`), then narrowed to ones where the
-breakage shows: several ranks, a scatter_dim other than 0, a block of several non-empty tensors, ...
+The cases are written out (seeded small integers) rather than searched for: each is one where the
+breakage shows (several ranks, a scatter_dim other than 0, a block of several tensors, ...).
 """
 from __future__ import annotations
 
@@ -12,16 +12,13 @@ from typing import Any, Callable
 
 import numpy as np
 import pytest
-from hypothesis import Phase, find, settings
-from hypothesis import strategies as st
 
 from conformance.backends import NCCL
 from conformance.driver import execute
-from conformance.spec import Case, Cell, all_specs
+from conformance.spec import Case, all_specs
 from simgpu.pool import Binding, RankPool
 from tests import modern_broken
 
-SEARCH = settings(max_examples=5000, database=None, deadline=None, phases=(Phase.generate,))
 WORLD = 3
 
 
@@ -31,12 +28,15 @@ def pool() -> Any:
         yield p
 
 
-def drawn(collective: str, dtype: str, op: str | None, condition: Callable[[Case], bool]) -> Case:
-    @st.composite
-    def cases(draw: Any) -> Case:
-        return all_specs()[collective].cases(draw, WORLD, Cell(collective, dtype, op), NCCL)
+def ints(*shape: int, seed: int = 0) -> np.ndarray:
+    """Small non-zero integers as float32: sums and maxima are exact and tell each other apart."""
+    rng = np.random.default_rng(seed)
+    return (rng.integers(1, 9, size=shape) * rng.choice([-1, 1], size=shape)).astype(np.float32)
 
-    return find(cases(), condition, settings=SEARCH)
+
+def world_case(collective: str, op: str | None, inputs: list, **params: Any) -> Case:
+    """A case on the whole world, the group given as a ProcessGroup."""
+    return Case(collective, WORLD, "float32", op, inputs=inputs, params={"group_kind": "pg", **params})
 
 
 def caught(pool: RankPool, case: Case, broken: Callable[..., Any]) -> None:
@@ -46,44 +46,34 @@ def caught(pool: RankPool, case: Case, broken: Callable[..., Any]) -> None:
     assert result.failed, (result.outcome, result.detail, case.summary())
 
 
-def _nonzero(arrays: list[np.ndarray]) -> bool:
-    """Finite, non-empty, and not all zero: where a wrong answer shows."""
-    return all(a.size and np.isfinite(a).all() and np.abs(a).max() > 0 for a in arrays)
-
-
-def _whole_world(case: Case) -> bool:
-    return case.params.get("group_kind") == "pg" and case.group is None
-
-
 def test_reduce_scatter_that_ignores_scatter_dim_is_caught(pool: RankPool) -> None:
-    case = drawn("funcol.reduce_scatter_tensor", "float32", "sum",
-                 lambda c: _whole_world(c) and c.params["dim"] != 0 and not c.params["uneven"]
-                 and _nonzero(c.inputs))
+    case = world_case("funcol.reduce_scatter_tensor", "sum", [ints(2, 2 * WORLD, seed=r) for r in range(WORLD)],
+                      wait="wait_tensor", dim=1, uneven=False)
     caught(pool, case, modern_broken.scatter_along_dim0)
 
 
 def test_coalesced_block_that_drops_its_last_tensor_is_caught(pool: RankPool) -> None:
-    case = drawn("coalesced.all_reduce", "float32", "sum",
-                 lambda c: c.group is None and c.params["via"] == "manager" and c.params["mix"] == "none"
-                 and len(c.inputs[0]) >= 2 and _nonzero([x[-1] for x in c.inputs]))
+    case = Case("coalesced.all_reduce", WORLD, "float32", "sum",
+                inputs=[[ints(2, 3, seed=r), ints(4, seed=10 + r), ints(1, 2, seed=20 + r)] for r in range(WORLD)],
+                params={"via": "manager", "mix": "none", "dtypes": ["float32"] * 3})
     caught(pool, case, modern_broken.block_drops_last)
 
 
-def test_async_collective_tensor_returned_before_written_is_caught(pool: RankPool) -> None:
-    for wait in ("wait_tensor", "first_use"):
-        case = drawn("funcol.all_reduce", "float32", "sum",
-                     lambda c: _whole_world(c) and c.params["wait"] == wait and _nonzero(c.inputs))
-        caught(pool, case, modern_broken.returns_before_written)
+@pytest.mark.parametrize("wait", ["wait_tensor", "method", "first_use", "view_use"])
+def test_async_collective_tensor_returned_before_written_is_caught(pool: RankPool, wait: str) -> None:
+    case = world_case("funcol.all_reduce", "sum", [ints(2, 3, seed=r) for r in range(WORLD)], wait=wait)
+    caught(pool, case, modern_broken.returns_before_written)
 
 
 def test_all_gather_backward_without_reduce_scatter_is_caught(pool: RankPool) -> None:
-    case = drawn("funcol.all_gather_tensor_autograd", "float32", None,
-                 lambda c: _whole_world(c) and _nonzero(c.params["grads"]))
+    case = world_case("funcol.all_gather_tensor_autograd", None, [ints(2, 2, seed=r) for r in range(WORLD)],
+                      wait="wait_tensor", dim=1, grads=[ints(2, 2 * WORLD, seed=30 + r) for r in range(WORLD)])
     caught(pool, case, modern_broken.gather_grad_not_reduced)
 
 
 def test_dtensor_partial_max_reduced_as_sum_is_caught(pool: RankPool) -> None:
-    case = drawn("dtensor.redistribute", "float32", "max",
-                 lambda c: c.params["mesh"] == (WORLD,) and c.params["src"] == [("P", "max")]
-                 and c.params["tgt"] == [("R",)] and _nonzero(list(c.params["contrib"].values())))
+    contrib = {(r,): ints(4, 3, seed=r) for r in range(WORLD)}
+    case = Case("dtensor.redistribute", WORLD, "float32", "max", inputs=[contrib[(r,)] for r in range(WORLD)],
+                params={"mesh": (WORLD,), "shape": (4, 3), "src": [("P", "max")], "tgt": [("R",)],
+                        "contrib": contrib, "construct": "from_local"})
     caught(pool, case, modern_broken.partial_reduce_ignores_op)
