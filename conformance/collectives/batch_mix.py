@@ -75,4 +75,4 @@ def expect(profile: Any, case: Case) -> Reject | None:
 
 register(CollectiveSpec(
     name="coalesced.batch_isend_irecv", family="data", cases=cases, run=run, check=check, check_rank=check_rank,
-    expect=expect, busbw_factor=lambda n: 1.0, min_world=2, doc=__doc__, dtypes=("float32", "int64", "int16")))
+    expect=expect, min_world=2, doc=__doc__, dtypes=("float32", "int64", "int16")))

@@ -185,4 +185,4 @@ for _name, _family, _dtypes, _ops in (
         ("coalesced.reduce_scatter", "reduce", ("float32", "int32", "int16"), ("sum", "max"))):
     register(CollectiveSpec(
         name=_name, family=_family, cases=cases, run=run, check=check, check_rank=check_rank, expect=expect,
-        busbw_factor=lambda n: 1.0, doc=__doc__, dtypes=_dtypes, ops=_ops, requires=has_manager))
+        doc=__doc__, dtypes=_dtypes, ops=_ops, requires=has_manager))

@@ -232,9 +232,9 @@ def _all(check_one: Any) -> Any:
 register(CollectiveSpec(
     name="dtensor.redistribute", family="reduce", cases=redistribute_cases, run=run_redistribute,
     check=_all(check_redistribute), check_rank=check_redistribute, expect=expect_redistribute,
-    busbw_factor=lambda n: 1.0, doc=__doc__, dtypes=("float32", "int32"), ops=("sum", "avg", "max", "min"),
+    doc=__doc__, dtypes=("float32", "int32"), ops=("sum", "avg", "max", "min"),
     requires=requires))
 register(CollectiveSpec(
     name="dtensor.matmul", family="data", cases=matmul_cases, run=run_matmul, check=_all(check_matmul),
-    check_rank=check_matmul, expect=lambda profile, case: None, busbw_factor=lambda n: 1.0, doc=__doc__,
+    check_rank=check_matmul, expect=lambda profile, case: None, doc=__doc__,
     dtypes=("float32",), requires=requires))

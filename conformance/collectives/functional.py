@@ -333,5 +333,5 @@ ENTRIES = (
 for _name, _family, _cases, _ops, _needs in ENTRIES:
     register(CollectiveSpec(
         name=_name, family=_family, cases=_cases, run=run, check=check, check_rank=check_rank, expect=expect,
-        busbw_factor=lambda n: 1.0, doc=__doc__, dtypes=REDUCE_DTYPES if _family == "reduce" else DATA_DTYPES,
+        doc=__doc__, dtypes=REDUCE_DTYPES if _family == "reduce" else DATA_DTYPES,
         ops=_ops, requires=missing(*_needs)))

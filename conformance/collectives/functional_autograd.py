@@ -134,4 +134,4 @@ for _name, _family, _ops in (("funcol.all_gather_tensor_autograd", "data", None)
                              ("funcol.all_to_all_single_autograd", "data", None)):
     register(CollectiveSpec(
         name=_name, family=_family, cases=cases, run=run, check=check, check_rank=check_rank, expect=expect,
-        busbw_factor=lambda n: 1.0, doc=__doc__, dtypes=AUTOGRAD_DTYPES, ops=_ops, requires=fn.missing(NEEDS[_name])))
+        doc=__doc__, dtypes=AUTOGRAD_DTYPES, ops=_ops, requires=fn.missing(NEEDS[_name])))
