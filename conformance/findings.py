@@ -194,3 +194,7 @@ def known_finding(backend: str, cell: Any, layout: str, outcome: str, detail: st
                   torch_version: str) -> Finding | None:
     """The finding that explains this failing example of `cell` (a conformance.spec.Cell), if any."""
     return next((f for f in FINDINGS if f.matches(backend, cell, layout, outcome, detail, torch_version)), None)
+
+from conformance.findings_modern import MODERN_FINDINGS  # noqa: E402 - they need Finding, defined above
+
+FINDINGS += MODERN_FINDINGS

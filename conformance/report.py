@@ -18,6 +18,16 @@ SYMBOL = {"pass": "ok", "rejected": "rej", "FAIL": "FAIL", "should-work": "SHOUL
           "broken": "BROKEN", "known": "known"}
 
 
+# Families of cells by name (docs/modern-collectives.md); everything else is the c10d Python API.
+FAMILY_PREFIXES = (("funcol.", "functional"), ("coalesced.", "coalesced"), ("coalesced.batch_isend_irecv", "coalesced"),
+                   ("dtensor.", "dtensor"), ("train.", "training"))
+
+
+def family_of(collective: str) -> str:
+    """The family a cell's collective belongs to: functional, coalesced, dtensor, training or c10d."""
+    return next((fam for prefix, fam in FAMILY_PREFIXES if collective.startswith(prefix)), "c10d")
+
+
 class CapabilityReport:
     """Outcome counts per (collective, dtype, op, layout), plus one detail line per failing or rejected cell."""
 
@@ -159,6 +169,12 @@ class CapabilityReport:
         per_coll: dict[str, Counter] = defaultdict(Counter)
         for (coll, _, _), per_layout in cells.items():
             per_coll[coll][self.cell_status(per_layout)] += 1
+        per_family: dict[str, Counter] = defaultdict(Counter)
+        for coll, c in per_coll.items():
+            per_family[family_of(coll)].update(c)
+        if len(per_family) > 1:
+            lines.append("families: " + "; ".join(
+                f"{fam} " + " ".join(f"{SYMBOL[s]}={c[s]}" for s in SEVERITY if c[s]) for fam, c in sorted(per_family.items())))
         width = max((len(c) for c in per_coll), default=10)
         for coll in sorted(per_coll):
             c = per_coll[coll]

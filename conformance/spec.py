@@ -8,6 +8,9 @@ One entry per collective , in conformance/collectives/<name>.py:
                                           other rank's output (the benchmark checks on the ranks)
   expect(profile, case)                   None (must work) or a Reject (must raise that)
   busbw_factor(n)                         nccl-tests' bus-bandwidth factor (from simgpu.collective_facts)
+Optional: `dtypes` / `ops` narrow the entry's cells (the families of docs/modern-collectives.md draw a
+few dtypes and ops, not the whole table); `requires()` returns why this torch cannot run the entry
+(its cells then skip with that reason) or None.
 The property tests, the capability matrix and the benchmarks all read these entries.
 """
 from __future__ import annotations
@@ -103,6 +106,9 @@ class CollectiveSpec:
     check_rank: Callable[..., Verdict] | None = None
     available: Callable[[], bool] = lambda: True
     doc: str = ""
+    dtypes: tuple[str, ...] | None = None    # None: every dtype of the backend's table
+    ops: tuple[str, ...] | None = None       # None: every reduce op (family "reduce")
+    requires: Callable[[], str | None] = lambda: None
 
     def busbw_factor(self, n: int) -> float:
         """nccl-tests' bus-bandwidth factor on n ranks (simgpu.collective_facts keeps it once)."""
