@@ -41,6 +41,7 @@ import hashlib
 import hmac
 import json
 import os
+import secrets
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -172,6 +173,8 @@ class StrictChecker:
         self._secret = secret.encode() if secret else None
         self.default_timeout = default_timeout
         self.store = store
+        self._channel_store: dist.Store | None = None  # see _io()
+        self._channel_client: Any = None
         self.rank = rank
         self.size = size
         self.seq = 0
@@ -182,6 +185,38 @@ class StrictChecker:
 
     def _key(self, seq: int, rank: int) -> str:
         return f"{_KEY_PREFIX}/{seq}/{rank}"
+
+    def _io(self) -> dist.Store:
+        """Where descriptors live: a connection of this group's own to the TCPStore server when the
+        group's store is one, else the group's store.
+
+        Its own connection has the strict deadline as its timeout, so one multi_get both waits for the
+        group's descriptors and reads them (a check is then set + multi_get, two round trips fewer
+        than set + wait + multi_get), and the group's other users of the store never queue behind a
+        check. Its keys live under a name the group's ranks agree on through the group's store.
+        """
+        if self._channel_store is None:
+            self._channel_store = self.store
+            tcp = _tcp_store_under(self.store)
+            if tcp is not None:
+                try:
+                    client = dist.TCPStore(tcp.host, tcp.port, is_master=False, wait_for_workers=False,
+                                           timeout=timedelta(seconds=get_timeout(self.default_timeout)))
+                    name = self.store.compare_set(f"{_KEY_PREFIX}/channel", "", secrets.token_hex(8))
+                    self._channel_store = dist.PrefixStore(f"{_KEY_PREFIX}/{name.decode()}", client)
+                    self._channel_client = client
+                except (RuntimeError, ValueError):  # no second connection here: the group's store serves
+                    self._channel_store = self.store
+        return self._channel_store
+
+    def _gather(self, keys: list[str], timeout: float) -> list[bytes]:
+        """Every rank's descriptor under keys, waiting up to `timeout` seconds for them to be posted."""
+        io = self._io()
+        if self._channel_client is not None:
+            self._channel_client.set_timeout(timedelta(seconds=timeout))
+            return io.multi_get(keys)
+        io.wait(keys, timedelta(seconds=timeout))
+        return io.multi_get(keys)
 
     def check(self, call: Call) -> list[dict] | None:
         """Post this rank's call, wait for the group's, raise on any disagreement.
@@ -200,16 +235,18 @@ class StrictChecker:
         seq = mine["seq"]
         keys = [self._key(seq, r) for r in range(self.size)]
         timeout = get_timeout(self.default_timeout)
+        self._forget_before(seq - 1)  # while the others arrive; see _forget_before
         try:
-            self.store.wait(keys, timedelta(seconds=timeout))
+            values = self._gather(keys, timeout)
         except dist.DistStoreError:
             self._timed_out(mine, timeout)
+            values = self._io().multi_get(keys)
         except RuntimeError as exc:  # a FileStore times out with a plain RuntimeError
             if "timeout" not in str(exc).lower():
                 raise
             self._timed_out(mine, timeout)
-        self._forget_before(seq)
-        calls = [self.open(k, v) for k, v in zip(keys, self.store.multi_get(keys))]
+            values = self._io().multi_get(keys)
+        calls = [self.open(k, v) for k, v in zip(keys, values)]
         problems = find_problems(calls)
         if problems:
             if any(c.get("abandoned") for c in calls):
@@ -238,18 +275,20 @@ class StrictChecker:
         mine = {"op": call.op, "seq": self.seq, "rank": self.rank, "site": call.site, "text": call.text,
                 "agree": call.agree, "send": call.send, "recv": call.recv, **extra}
         key = self._key(self.seq, self.rank)
-        self.store.set(key, self.seal(key, _dumps(mine)))
+        self._io().set(key, self.seal(key, _dumps(mine)))
         self._own.append(self.seq)
         return mine
 
     def _forget_before(self, seq: int) -> None:
         """Delete this rank's descriptors older than seq, once every rank has posted seq.
 
-        Every rank reads the descriptors of a check before it posts its next one, so by then all
-        readers of the older ones are done (refusing ranks read nothing).
+        Every rank reads the descriptors of a check before it posts its next one, so once all have
+        posted seq, all readers of the older ones are done (refusing ranks read nothing). A check of
+        seq n knows that of n - 1 from the check before, so it deletes what is older than n - 1 right
+        after posting, while it waits for the others anyway.
         """
         while self._own and self._own[0] < seq:
-            self.store.delete_key(self._key(self._own.pop(0), self.rank))
+            self._io().delete_key(self._key(self._own.pop(0), self.rank))
 
     def _timed_out(self, mine: dict, timeout: float) -> None:
         """Diagnose who is missing, leave a tombstone for late ranks, refuse further collectives.
@@ -278,7 +317,7 @@ class StrictChecker:
                    + "\n".join(lines))
         tombstone = dict(mine, abandoned=True, text=f"abandoned {mine['text']} after a {timeout:g}s timeout")
         key = self._key(seq, self.rank)
-        self.store.set(key, self.seal(key, _dumps(tombstone)))
+        self._io().set(key, self.seal(key, _dumps(tombstone)))
         self._broken = (f"simgpu: {self._label()} is unusable: collective #{seq} timed out earlier on this rank; "
                         f"its ranks are out of step (restart them)")
         raise CollectiveTimeout(message, [self._global_rank(r) for r in missing])
@@ -287,9 +326,10 @@ class StrictChecker:
         if seq < 1:
             return None
         key = self._key(seq, rank)
-        if not self.store.check([key]):
+        io = self._io()
+        if not io.check([key]):
             return None
-        return self.open(key, self.store.get(key))
+        return self.open(key, io.get(key))
 
     # A descriptor is JSON, then (with SIMGPU_GROUP_SECRET set) "|" and the HMAC-SHA256 of key and JSON
     # under the group's secret: whoever else reaches the store cannot write one the group accepts.
@@ -382,3 +422,10 @@ def render_mismatch(label: str, seq: int, calls: Sequence[dict], problems: list[
     table.insert(1, "  " + "-+-".join("-" * w for w in widths))
     head = head or f"simgpu: ranks of {label} disagree at collective #{seq} (on NCCL: undefined behaviour, usually a hang)"
     return "\n".join([head] + [f"  - {p}" for p in problems] + table)
+
+
+def _tcp_store_under(store: dist.Store) -> Any:
+    """The TCPStore beneath a chain of PrefixStores, or None (FileStore, HashStore, ...)."""
+    while isinstance(store, dist.PrefixStore):
+        store = getattr(store, "underlying_store", None)
+    return store if isinstance(store, dist.TCPStore) else None
