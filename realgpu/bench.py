@@ -226,11 +226,26 @@ def run(args: argparse.Namespace, out: Any = None) -> dict:
     return doc
 
 
+def check_suite_is_ours() -> None:
+    """The benchmark checks results with simgpu's conformance suite, imported as `conformance`; a
+    project's own package of that name, first on sys.path, is named in one line instead of an
+    ImportError from deep inside."""
+    import importlib.util
+
+    ours = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conformance")
+    found = importlib.util.find_spec("conformance")
+    where = os.path.dirname(found.origin) if found is not None and found.origin else None
+    if where is None or os.path.realpath(where) != os.path.realpath(ours):
+        raise UsageError(f"the package 'conformance' here is {where or 'missing'}, not simgpu's suite ({ours}): "
+                         "a package of your project shadows it; run from another directory")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        check_suite_is_ours()
         doc = run(args)
     except UsageError as exc:
         print(f"realgpu-bench: {exc}", file=sys.stderr)

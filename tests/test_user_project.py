@@ -87,3 +87,15 @@ def test_a_bad_simgpu_option_is_one_line(project: Path) -> None:
     done = _pytest(project, "test_dist.py", "--simgpu-backend=nosuch")
     assert done.returncode != 0
     assert "--simgpu-backend: unknown backend 'nosuch'" in done.stdout + done.stderr
+
+
+def test_a_shadowed_conformance_package_is_named_in_one_line(project: Path) -> None:
+    """simgpu's benchmark reads its suite as `conformance`; the project's own package of that name,
+    first on sys.path under `python -m`, is named instead of failing deep inside."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-m", "realgpu.bench", "--backend", "gloo"], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == (f"realgpu-bench: the package 'conformance' here is {project / 'conformance'}, not "
+                                   f"simgpu's suite ({Path(__file__).resolve().parent.parent / 'conformance'}): "
+                                   "a package of your project shadows it; run from another directory")
