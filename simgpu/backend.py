@@ -236,6 +236,8 @@ class SimProcessGroup(dist.ProcessGroup):
         # DTensor): an NCCL group's are ("cuda",); default: the host, and simulated GPUs where there are some
         for device in devices or (("cpu", "cuda") if _gpus_simulated() else ("cpu",)):
             self._register_backend(torch.device(device), dist.ProcessGroup.BackendType.CUSTOM, self._gloo)
+        if hasattr(self, "_set_default_backend"):  # torch >= 2.15 asks a group's default backend (flight recorder)
+            self._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
 
     def _get_backend(self, device: Any) -> Any:
         """torch >= 2.15's batch_isend_irecv asks every ProcessGroup instance (2.13: only an exact
