@@ -1,5 +1,5 @@
 """Hypothesis strategies for the inputs that matter: odd and zero sizes, every dtype, special values,
-non-contiguous layouts, every root, uneven splits, subgroups.
+non-contiguous layouts, views at a storage offset, every root, uneven splits, subgroups in any order.
 
 Everything here runs in the controller (the pytest process); ranks only see the drawn Case.
 """
@@ -67,11 +67,19 @@ def per_rank_values(dtype_name: str, shape: tuple[int, ...], n: int, op: str | N
 
 
 def subgroups(world_size: int, min_size: int = 1) -> st.SearchStrategy[tuple[int, ...] | None]:
-    """None (the default group) or a strict subset of ranks, for new_group."""
+    """None (the default group) or a strict subset of ranks for new_group, two times in three, listed in
+    any order: its global ranks are rarely 0..n-1 and rarely sorted, so group rank j (the j-th smallest
+    global rank) differs from global rank j and from position j of the list passed to new_group."""
     if world_size < 2:
         return st.none()
     subsets = st.sets(st.integers(0, world_size - 1), min_size=min_size, max_size=world_size - 1)
-    return st.one_of(st.none(), st.none(), subsets.map(lambda s: tuple(sorted(s))))
+    ordered = subsets.flatmap(lambda s: st.permutations(sorted(s))).map(tuple)
+    return st.one_of(st.none(), ordered, ordered)
+
+
+def storage_offsets() -> st.SearchStrategy[int]:
+    """0 (tensors at the start of their storage) or a view that many elements into a larger buffer."""
+    return st.sampled_from([0, 1, 5])
 
 
 @st.composite
