@@ -66,15 +66,25 @@ def per_rank_values(dtype_name: str, shape: tuple[int, ...], n: int, op: str | N
     return st.lists(values(dtype_name, shape, op), min_size=n, max_size=n)
 
 
+def world_sizes(sizes: list[int]) -> st.SearchStrategy[int]:
+    """One of `sizes`, the larger half as often as all of them together: subgroups whose ranks are not
+    0..k-1 need three ranks or more, so three examples in four have them (one rank and two stay drawn)."""
+    return st.one_of(st.sampled_from(sizes), st.sampled_from(sizes[len(sizes) // 2:]))
+
+
 def subgroups(world_size: int, min_size: int = 1) -> st.SearchStrategy[tuple[int, ...] | None]:
-    """None (the default group) or a strict subset of ranks for new_group, two times in three, listed in
-    any order: its global ranks are rarely 0..n-1 and rarely sorted, so group rank j (the j-th smallest
-    global rank) differs from global rank j and from position j of the list passed to new_group."""
+    """None (the default group) or a strict subset of ranks for new_group, listed in any order; from three
+    ranks on, most subsets have several members and are not ranks 0..k-1. So group rank j (the j-th
+    smallest global rank) often differs from global rank j and from position j of the list given."""
     if world_size < 2:
         return st.none()
-    subsets = st.sets(st.integers(0, world_size - 1), min_size=min_size, max_size=world_size - 1)
-    ordered = subsets.flatmap(lambda s: st.permutations(sorted(s))).map(tuple)
-    return st.one_of(st.none(), ordered, ordered)
+    ranks = st.integers(0, world_size - 1)
+    subsets = st.sets(ranks, min_size=min_size, max_size=world_size - 1)
+    if world_size >= 3:  # mostly several members, not ranks 0..k-1 (some group rank != global rank)
+        shifted = st.sets(ranks, min_size=max(2, min_size), max_size=world_size - 1).filter(
+            lambda s: s != set(range(len(s))))
+        subsets = st.one_of(subsets, shifted, shifted)
+    return st.one_of(st.none(), subsets.flatmap(lambda s: st.permutations(sorted(s))).map(tuple))
 
 
 def storage_offsets() -> st.SearchStrategy[int]:
