@@ -1,7 +1,7 @@
 """Deliberately broken torch.distributed backends, one per input class of the conformance suite, for
 tests/test_broken_backends.py. Each is the simulator (simgpu.backend.SimProcessGroup, NCCL's rules)
 with exactly one defect that only that class of input triggers, registered under its own name and
-held to NCCL's table (conformance.backends.hold_to), so everything else it does passes the suite:
+(all but tagblind) held to NCCL's table (conformance.backends.hold_to), so everything else passes:
 
   offsetblind  a tensor at a storage offset is read and written as if it began at the start of its
                storage (views into a larger buffer, in-place slots)
@@ -11,6 +11,8 @@ held to NCCL's table (conformance.backends.hold_to), so everything else it does 
                matches in posting order: visible only with several tagged messages in flight per
                pair, posted in different orders
   boolbytes    SUM on bool adds the bytes: True + True is byte 2 (an invalid bool)
+  tagblind     the simulator as it is (tags ignored, NCCL's posting order) but registered without a
+               table: probed, it is held to torch's contract that a receive gets the send with its tag
 
 Run one with `pytest conformance --backend=offsetblind --backend-module=tests.broken_backends`.
 Importing this module registers them all (ranks import it before init_process_group).
@@ -130,7 +132,17 @@ class BoolBytes(SimProcessGroup):
         return super().reduce(self._as_bytes(tensors, opts), opts)
 
 
-BROKEN = {cls.name: cls for cls in (OffsetBlind, GlobalSlots, TagMatch, BoolBytes)}
+class TagBlind(SimProcessGroup):
+    """Defect (against torch's contract, which a backend without a table is held to): tags ignored."""
+
+    name = "tagblind"
+
+    def getBackendName(self) -> str:  # noqa: N802
+        return self.name
+
+
+BROKEN = {cls.name: cls for cls in (OffsetBlind, GlobalSlots, TagMatch, BoolBytes, TagBlind)}
+HELD_TO_NCCL = ("offsetblind", "globalslots", "tagmatch", "boolbytes")
 
 
 def _creator(cls: type) -> Callable[..., SimProcessGroup]:
@@ -143,4 +155,5 @@ def _creator(cls: type) -> Callable[..., SimProcessGroup]:
 for _name, _cls in BROKEN.items():
     if _name.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(_name, _creator(_cls), devices=["cpu"])
-    hold_to(_name, "nccl")
+    if _name in HELD_TO_NCCL:
+        hold_to(_name, "nccl")

@@ -31,6 +31,7 @@ CELLS = {
                    "or scatter_object_list",
     "tagmatch": "isend_irecv-float32 or isend_irecv-int64 or batch_isend_irecv-float32 or batch_isend_irecv-int32",
     "boolbytes": "all_reduce-bool-sum or reduce-bool-sum",
+    "tagblind": "isend_irecv-float32 or isend_irecv-int64 or batch_isend_irecv-float32 or batch_isend_irecv-int32",
 }
 CASE = re.compile(r"case: (?P<collective>\w+)\(world=(?P<world>\d+), group=(?P<group>None|\([\d, ]*\)), "
                   r"dtype=(?P<dtype>\w+), .*?offset=(?P<offset>\d+), .*params=(?P<params>\{.*\})\)\s*$", re.M)
@@ -60,6 +61,7 @@ CLASS: dict[str, Callable[[re.Match], bool]] = {
     "globalslots": _shifted_group,
     "tagmatch": _several_tags,
     "boolbytes": lambda m: m["dtype"] == "bool",
+    "tagblind": _several_tags,
 }
 
 

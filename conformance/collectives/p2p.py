@@ -110,7 +110,7 @@ def ring_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
     return case
 
 
-def _post(case: Case, ctx: Any, dist: Any, kind: str, peer: int, tensors: list, tag_shift: int = 0) -> list:
+def _post(case: Case, dist: Any, kind: str, peer: int, tensors: list, tag_shift: int = 0) -> list:
     """The isends (kind "send") or irecvs of one direction, in the case's posting order for that side."""
     order = case.params["send_order" if kind == "send" else "recv_order"]
     fn = dist.isend if kind == "send" else dist.irecv
@@ -134,8 +134,8 @@ def run_ring(ctx: Any, case: Case) -> Any:
     n, r = case.world_size, ctx.rank
     sends, receives = _buffers(ctx, case, r)
     got = receives()
-    posts = _post(case, ctx, dist, "send", (r + 1) % n, sends)
-    recvs = _post(case, ctx, dist, "recv", (r - 1) % n, got)
+    posts = _post(case, dist, "send", (r + 1) % n, sends)
+    recvs = _post(case, dist, "recv", (r - 1) % n, got)
     # Even ranks send first, odd ranks receive first. The naive order (every rank isend, then irecv)
     # deadlocks on NCCL at 3+ ranks: each first isend creates its pair's communicator and waits for
     # the next rank, which waits for its own next (H200 run 2026-11-22, world 4: all ranks stuck).
@@ -152,9 +152,9 @@ def run_batch(ctx: Any, case: Case) -> Any:
     n, r = case.world_size, ctx.rank
     sends, receives = _buffers(ctx, case, r)
     from_prev, from_next = receives(), receives()
-    ops = (_post(case, ctx, dist, "send", (r + 1) % n, sends) + _post(case, ctx, dist, "recv", (r - 1) % n, from_prev)
-           + _post(case, ctx, dist, "send", (r - 1) % n, sends, REVERSE_TAG)
-           + _post(case, ctx, dist, "recv", (r + 1) % n, from_next, REVERSE_TAG))
+    ops = (_post(case, dist, "send", (r + 1) % n, sends) + _post(case, dist, "recv", (r - 1) % n, from_prev)
+           + _post(case, dist, "send", (r - 1) % n, sends, REVERSE_TAG)
+           + _post(case, dist, "recv", (r + 1) % n, from_next, REVERSE_TAG))
     works = dist.batch_isend_irecv([dist.P2POp(fn, t, peer, tag=tag) for fn, t, peer, tag in ops])
     waited = [w.wait() for w in works]
     return {"from_prev": arrays(from_prev), "from_next": arrays(from_next), "waited": waited}
