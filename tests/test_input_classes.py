@@ -143,3 +143,32 @@ def test_offset_views_hold_the_values_and_are_really_offset(data: st.DataObject)
         t = make(x, case.dtype, case.layout, offset=case.offset)
         assert t.storage_offset() == case.offset
         assert np.array_equal(t.numpy(), x, equal_nan=True)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "strided"])
+@pytest.mark.parametrize("dtype", ["float32", "bool", "complex64", "float8_e5m2"])
+def test_guard_sees_writes_outside_the_view_and_only_those(layout: str, dtype: str) -> None:
+    """The rank-side sentinel check: writing the view is fine; a write before it, after it or (strided)
+    between its elements is reported, on any dtype."""
+    import torch
+
+    from conformance.tensors import guarded, outside_view_damage
+
+    x = np.ones((2, 3), dtype=np.bool_) if dtype == "bool" else np.arange(6, dtype=np.float32).reshape(2, 3)
+    guarded()
+    t = make(x, dtype, layout, offset=5)
+    t.copy_(torch.zeros_like(t))
+    assert outside_view_damage() == []
+
+    def storage_of(view: torch.Tensor) -> torch.Tensor:
+        return view.as_strided((view.untyped_storage().nbytes() // view.element_size(),), (1,), 0)
+
+    spots = {"before the view": 0, "in the view's gaps or after it": -1}
+    if layout == "strided":
+        spots["in the view's gaps or after it (gap)"] = 5 + 1  # between the first two elements
+    for where, index in spots.items():
+        guarded()
+        t = make(x, dtype, layout, offset=5)
+        storage_of(t)[index] = storage_of(t)[5]  # the view's first element, copied outside it
+        damage = outside_view_damage()
+        assert len(damage) == 1 and where.split(" (")[0] in damage[0], (where, damage)
