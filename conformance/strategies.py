@@ -45,8 +45,8 @@ def _float_elements(dtype: DType, op: str | None) -> st.SearchStrategy[float]:
 def values(dtype_name: str, shape: tuple[int, ...], op: str | None = None) -> st.SearchStrategy[np.ndarray]:
     """An array of `shape` whose values `dtype_name` represents exactly (carried as its carrier dtype)."""
     dtype = DTYPES[dtype_name]
-    if dtype.kind == "bool":
-        return hnp.arrays(np.bool_, shape)
+    if dtype.kind == "bool":  # the background is True half the time: several ranks' Trues meet in a reduction
+        return hnp.arrays(np.bool_, shape, elements=st.booleans(), fill=st.booleans())
     if dtype.kind in ("int", "uint"):
         info = np.iinfo(dtype.carrier)
         elements = st.integers(int(info.min), int(info.max))
@@ -84,7 +84,13 @@ def subgroups(world_size: int, min_size: int = 1) -> st.SearchStrategy[tuple[int
         shifted = st.sets(ranks, min_size=max(2, min_size), max_size=world_size - 1).filter(
             lambda s: s != set(range(len(s))))
         subsets = st.one_of(subsets, shifted, shifted)
-    return st.one_of(st.none(), subsets.flatmap(lambda s: st.permutations(sorted(s))).map(tuple))
+    return st.one_of(st.none(), subsets.flatmap(_out_of_order))
+
+
+def _out_of_order(members: set[int]) -> st.SearchStrategy[tuple[int, ...]]:
+    """The members in a random order, an ascending draw reversed half the time (mostly out of order)."""
+    return st.tuples(st.permutations(sorted(members)), st.booleans()).map(
+        lambda drawn: tuple(drawn[0][::-1] if drawn[1] and list(drawn[0]) == sorted(drawn[0]) else drawn[0]))
 
 
 def storage_offsets() -> st.SearchStrategy[int]:

@@ -10,7 +10,7 @@ with exactly one defect that only that class of input triggers, registered under
   tagmatch     point-to-point honours tags (as gloo does) where ProcessGroupNCCL ignores them and
                matches in posting order: visible only with several tagged messages in flight per
                pair, posted in different orders
-  boolbytes    SUM on bool adds the bytes: True + True is byte 2 (an invalid bool)
+  boolbytes    SUM on bool (all_reduce, reduce, reduce_scatter*) adds the bytes: True + True is byte 2
   tagblind     the simulator as it is (tags ignored, NCCL's posting order) but registered without a
                table: probed, it is held to torch's contract that a receive gets the send with its tag
 
@@ -130,6 +130,14 @@ class BoolBytes(SimProcessGroup):
 
     def reduce(self, tensors: list[Tensor], opts: Any) -> Any:
         return super().reduce(self._as_bytes(tensors, opts), opts)
+
+    def reduce_scatter(self, outputs: list[Tensor], input_lists: list[list[Tensor]], opts: Any) -> Any:
+        return super().reduce_scatter(self._as_bytes(outputs, opts),
+                                      [self._as_bytes(lst, opts) for lst in input_lists], opts)
+
+    def reduce_scatter_single(self, output: Tensor, input: Tensor, opts: Any) -> Any:  # noqa: A002 - torch's name
+        out, inp = self._as_bytes([output, input], opts)
+        return super().reduce_scatter_single(out, inp, opts)
 
 
 class TagBlind(SimProcessGroup):

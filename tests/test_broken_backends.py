@@ -30,7 +30,7 @@ CELLS = {
     "globalslots": "all_gather-float32 or gather-int32 or scatter-float32 or all_gather_object or gather_object "
                    "or scatter_object_list",
     "tagmatch": "isend_irecv-float32 or isend_irecv-int64 or batch_isend_irecv-float32 or batch_isend_irecv-int32",
-    "boolbytes": "all_reduce-bool-sum or reduce-bool-sum",
+    "boolbytes": "bool-sum",
     "tagblind": "isend_irecv-float32 or isend_irecv-int64 or batch_isend_irecv-float32 or batch_isend_irecv-int32",
 }
 CASE = re.compile(r"case: (?P<collective>\w+)\(world=(?P<world>\d+), group=(?P<group>None|\([\d, ]*\)), "
