@@ -1,5 +1,6 @@
 """Every cell of the matrix reaches the input classes of issue 20, through the same strategies the suite
-draws with (the collectives' `cases` and strategies.world_sizes), and draws them often (each in at least one example in twelve), not only sometimes:
+draws with (the collectives' `cases` and strategies.world_sizes), and draws them often (each in at least
+one example in twelve), not only sometimes:
 
   offset    tensors that are views at a storage offset into a larger buffer, contiguous and not, and
             in place (all_gather_into_tensor / reduce_scatter_tensor and their _single forms)
@@ -29,7 +30,8 @@ ROOTED = frozenset({"broadcast", "reduce", "gather", "scatter", "broadcast_objec
                     "scatter_object_list"})
 IN_PLACE = frozenset({"all_gather_into_tensor", "all_gather_single", "reduce_scatter_tensor", "reduce_scatter_single"})
 P2P_TAGGED = frozenset({"isend_irecv", "batch_isend_irecv"})
-NO_TENSORS = frozenset({"barrier", "broadcast_object_list", "all_gather_object", "gather_object", "scatter_object_list"})
+NO_TENSORS = frozenset({"barrier", "broadcast_object_list", "all_gather_object", "gather_object",
+                        "scatter_object_list"})
 NO_SUBGROUPS = frozenset({"send_recv", "isend_irecv", "batch_isend_irecv"})
 
 

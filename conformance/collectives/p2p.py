@@ -174,7 +174,9 @@ def expected_messages(case: Case, sender: int) -> list:
 def check_ring(case: Case, r: int, out: Any, flavor: str) -> Verdict:
     n = case.world_size
     rule = f"matched by {case.params['matching']}"
-    directions = [("from_prev", (r - 1) % n, "previous")] + ([("from_next", (r + 1) % n, "next")] if "from_next" in out else [])
+    directions = [("from_prev", (r - 1) % n, "previous")]
+    if "from_next" in out:  # batch_isend_irecv: both directions
+        directions.append(("from_next", (r + 1) % n, "next"))
     for key, sender, name in directions:
         for i, (got, want) in enumerate(zip(out[key], expected_messages(case, sender))):
             tag = case.params["tags"][i] + (REVERSE_TAG if key == "from_next" else 0)
