@@ -5,6 +5,8 @@ with exactly one defect that only that class of input triggers, registered under
 
   offsetblind  a tensor at a storage offset is read and written as if it began at the start of its
                storage (views into a larger buffer, in-place slots)
+  offsetspill  gets every view right, then also copies each tensor at a storage offset to the start of
+               its storage: only the sentinel around the view sees it
   globalslots  list collectives order their slots by the rank's global position, rotated by
                (global rank - group rank): right on the world and on groups of ranks 0..n-1 only
   tagmatch     point-to-point honours tags (as gloo does) where ProcessGroupNCCL ignores them and
@@ -75,6 +77,39 @@ def _offset_blind(method: str) -> Callable[..., Any]:
 
 for _method in COLLECTIVES:
     setattr(OffsetBlind, _method, _offset_blind(_method))
+
+
+def _tensors(x: Any) -> list[Tensor]:
+    if isinstance(x, Tensor):
+        return [x]
+    return [t for y in x for t in _tensors(y)] if isinstance(x, list) else []
+
+
+class OffsetSpill(SimProcessGroup):
+    """Defect: after each call, every tensor passed at a storage offset is also copied to offset 0."""
+
+    name = "offsetspill"
+
+    def getBackendName(self) -> str:  # noqa: N802
+        return self.name
+
+
+def _spilling(method: str) -> Callable[..., Any]:
+    inner = getattr(SimProcessGroup, method)
+
+    def call(self: OffsetSpill, *args: Any, **kwargs: Any) -> Any:
+        work = inner(self, *args, **kwargs)
+        for t in _tensors(list(args)):
+            if t.storage_offset() > 0:
+                t.as_strided(t.size(), t.stride(), 0).copy_(t.clone())
+        return work
+
+    call.__name__ = method
+    return call
+
+
+for _method in COLLECTIVES:
+    setattr(OffsetSpill, _method, _spilling(_method))
 
 
 class GlobalSlots(SimProcessGroup):
@@ -149,8 +184,8 @@ class TagBlind(SimProcessGroup):
         return self.name
 
 
-BROKEN = {cls.name: cls for cls in (OffsetBlind, GlobalSlots, TagMatch, BoolBytes, TagBlind)}
-HELD_TO_NCCL = ("offsetblind", "globalslots", "tagmatch", "boolbytes")
+BROKEN = {cls.name: cls for cls in (OffsetBlind, OffsetSpill, GlobalSlots, TagMatch, BoolBytes, TagBlind)}
+HELD_TO_NCCL = ("offsetblind", "offsetspill", "globalslots", "tagmatch", "boolbytes")
 
 
 def _creator(cls: type) -> Callable[..., SimProcessGroup]:
