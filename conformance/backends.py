@@ -66,6 +66,11 @@ class Profile:
     dtypes: tuple[str, ...]     # dtypes the suite draws against this backend (claimed and rejected ones)
     description: str
     recv_any_source: bool = True   # recv(src=None); ProcessGroupNCCL has no recvAnysource
+    # How a receive finds its message among several in flight from one peer: "tag" (torch's contract:
+    # the send with the receive's tag; gloo) or "posting order" (ProcessGroupNCCL ignores tags; NCCL
+    # matches the k-th receive from a peer with that peer's k-th send to it). Backends without a table
+    # are held to "tag".
+    p2p_matching: str = "tag"
 
     def reject(self, collective: str, dtype: str | None, op: str | None, layout: str,
                features: frozenset[str] = frozenset(), size: int | None = None,
@@ -203,9 +208,24 @@ class GlooProfile(Profile):
 
 
 _ALL = tuple(DTYPES)
-NCCL = NcclProfile("nccl", "nccl", _ALL, "NCCL 2.28 via torch 2.11", recv_any_source=False)
+NCCL = NcclProfile("nccl", "nccl", _ALL, "NCCL 2.28 via torch 2.11", recv_any_source=False,
+                   p2p_matching="posting order")
 GLOO = GlooProfile("gloo", "gloo", _ALL, "gloo in torch 2.13")
 
+TABLES = {"nccl": NCCL, "gloo": GLOO}
+# Registered backends that declared the table they must meet (hold_to), by backend name.
+_HELD: dict[str, Profile] = {}
+
+
+def hold_to(backend: str, table: str) -> None:
+    """Hold a registered backend to a built-in table ("nccl" or "gloo") instead of probing it: called by
+    the module that registers it (--backend-module), e.g. a backend that wraps NCCL or the simulator."""
+    if table not in TABLES:
+        raise ValueError(f"no table {table!r}; choose one of {', '.join(sorted(TABLES))}")
+    _HELD[backend.lower()] = TABLES[table]
+
+
 def profile_for(backend: str) -> Profile | None:
-    """The table a backend is held to: sim is held to NCCL's; unknown backends have none (probed)."""
-    return {"sim": NCCL, "nccl": NCCL, "gloo": GLOO}.get(backend)
+    """The table a backend is held to: sim is held to NCCL's, a registered backend to the table it declared
+    with hold_to; other backends have none (probed)."""
+    return {"sim": NCCL, "nccl": NCCL, "gloo": GLOO}.get(backend) or _HELD.get(backend.lower())

@@ -77,6 +77,10 @@ def _judge_success(spec: CollectiveSpec, case: Case, members: list[RankOutcome],
     if expected is not None:
         return CaseResult("FAIL", f"accepted, but {profile.name} must raise {'/'.join(expected.errors)}"
                                   f" ({expected.reason})", case.layout)
+    damaged = [f"rank {r}: wrote outside the view: " + "; ".join(o.value["outside_view"])
+               for r, o in zip(case.participants, members) if isinstance(o.value, dict) and o.value.get("outside_view")]
+    if damaged:
+        return CaseResult("FAIL", "wrong result: " + "; ".join(damaged), case.layout)
     flavor = profile.flavor if profile is not None else "nccl"
     verdicts = spec.check(case, [o.value for o in members], flavor)
     bad = [f"rank {r}: {v.message}" for r, v in zip(case.participants, verdicts) if not v.ok]

@@ -58,7 +58,9 @@ FINDINGS = [
                  "rank 1 got 1.0 at (1,), expected 0.0). Same on torch 2.6.0+cu124 (tox env torch26, "
                  "tests/test_plugin_cli.py gloo run: broadcast float32 on a strided view, rank 1 got 1.0 at (1,), "
                  "expected 0.0; conformance/results/tox-matrix.md, \"torch 2.6\"). Same on torch 2.4.1+cu121 (tox env "
-                 "torch24, same test and case; tox-matrix.md, \"torch 2.4\").",
+                 "torch24, same test and case; tox-matrix.md, \"torch 2.4\"). With the view at a storage offset in a "
+                 "sentinel-filled buffer (torch 2.13.0+cpu, 2026-11-25): reduce_scatter bool SUM on strided views "
+                 "changed 14 elements of the buffer outside the view (the gaps between its elements).",
         detail_pattern=r"^wrong result",
         layout="strided",
         torch_min="2.4",
@@ -85,6 +87,23 @@ FINDINGS = [
         dtype="complex64",
         op="avg",
         torch_min="2.13",
+    ),
+    Finding(
+        id="gloo-bool-sum-bytes",
+        backend="gloo",
+        summary="gloo SUM on bool adds the bytes: True + True comes back as byte 2 (an invalid bool), not 1",
+        evidence="probe, torch 2.13.0+cpu, 2 ranks: all_reduce SUM of [True, True, False] on both ranks left the "
+                 "bytes [2, 2, 0]; reduce SUM gave [2, 2, 0] on the root. Conformance run, torch 2.13.0+cpu "
+                 "(2026-11-25): reduce bool SUM, rank 3 of 4 held bytes 2 and 3; reduce_scatter bool SUM, world 2, "
+                 "inputs [True] and [True]: byte 2. NCCL and the simulator give 0/1 (SUM on bool is OR). The same "
+                 "probe on torch 2.4.1+cu121 and 2.14.1+cu130 (CPU tensors, gloo) gave the same bytes; the versions "
+                 "between were not probed, the range assumes they behave alike.",
+        detail_pattern=r"^wrong result: .*invalid bool",
+        collectives=frozenset({"all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor",
+                               "reduce_scatter_single"}),
+        dtype="bool",
+        op="sum",
+        torch_min="2.4",
     ),
     Finding(
         id="gloo-zero-size-recv",

@@ -24,6 +24,8 @@ AVG is NCCL's PREMUL_SUM(1/n): each input is scaled first and saturated after, s
 counts as the largest finite value whole, not that value / n (2-GPU run: all_reduce e5m2 AVG of -inf
 and 14336 gave -49152, not -21504).
 
+bool results are 0/1 bytes on every backend (invalid_bool): a byte 2 after a SUM is a wrong result.
+
 One contribution (a group of one rank): the reduction of one tensor is that tensor, whatever the op;
 so where NCCL accepts an op it cannot compute for n > 1 (reduce_scatter on one rank skips the op:
 bitwise ops, AVG on bool, PREMUL_SUM on integers and fp8) the expected result is an exact copy.
@@ -144,10 +146,10 @@ def check_reduction(actual: np.ndarray, inputs: list[np.ndarray], op: str, dtype
                              or (op == "premul_sum" and (dtype.is_integral or dtype.bits == 8))):
         return check_exact_copy(actual, inputs[0])
     if dtype.kind == "bool":
-        raw = actual.view(np.uint8)
-        if flavor == "nccl" and raw.size and raw.max() > 1:
-            return Verdict(False, f"bool result holds raw bytes {sorted(set(raw.ravel().tolist()))[:6]}, NCCL gives 0/1")
-        return _compare_exact(raw != 0, exact_reduce(op, inputs, dtype, flavor))
+        invalid = invalid_bool(actual)
+        if invalid is not None:
+            return invalid
+        return _compare_exact(actual.view(np.uint8) != 0, exact_reduce(op, inputs, dtype, flavor))
     if dtype.is_integral:
         return _compare_exact(actual, exact_reduce(op, inputs, dtype, flavor))
     real_actual = _as_real(actual).astype(np.float64)
@@ -305,6 +307,18 @@ def _first_difference(actual: np.ndarray, expected: np.ndarray, mask: np.ndarray
     return text
 
 
+def invalid_bool(actual: np.ndarray) -> Verdict | None:
+    """torch's bool is one byte holding 0 or 1, on every backend: a result holding another byte (a SUM
+    that added bytes, e.g. 2 for True + True) is an invalid bool (torch reads it unpredictably), so a
+    wrong result, never "some non-zero byte, hence True"."""
+    raw = actual.view(np.uint8)
+    if raw.size and raw.max() > 1:
+        bad = np.argwhere(raw.reshape(actual.shape) > 1)[0] if actual.ndim else ()
+        return Verdict(False, f"invalid bool: raw byte(s) {sorted(set(raw.ravel().tolist()) - {0, 1})[:6]} "
+                              f"(first at {tuple(int(i) for i in bad)}); a bool holds 0 or 1")
+    return None
+
+
 @_in_blocks
 def check_exact_copy(actual: np.ndarray, expected: np.ndarray, what: str = "") -> Verdict:
     """Data movement must be bit-faithful: same shape, same values, NaN where NaN, same sign of zero."""
@@ -312,7 +326,8 @@ def check_exact_copy(actual: np.ndarray, expected: np.ndarray, what: str = "") -
     if actual.shape != expected.shape:
         return Verdict(False, f"{where}shape {actual.shape}, expected {expected.shape}")
     if actual.dtype.kind == "b" or expected.dtype.kind == "b":
-        return _prefix(where, _compare_exact(actual.view(np.uint8) != 0, expected.view(np.uint8) != 0))
+        invalid = invalid_bool(actual) if actual.dtype.kind == "b" else None
+        return _prefix(where, invalid or _compare_exact(actual.view(np.uint8) != 0, expected.view(np.uint8) != 0))
     if actual.dtype.kind in "fc":
         a, e = _as_real(actual), _as_real(expected)
         same = (a == e) | (np.isnan(a) & np.isnan(e))

@@ -66,6 +66,8 @@ class ConformanceSession:
         self.config = config
         self.backend: str = config.getoption("--backend")
         self.backend_module: str | None = config.getoption("--backend-module")
+        if self.backend_module and _runs_conformance(config):  # it may declare its table (backends.hold_to)
+            importlib.import_module(self.backend_module)
         self.profile: Profile | None = profile_for(self.backend)
         self.effort = _effort(config)
         self.timeout = config.getoption("--rank-timeout")

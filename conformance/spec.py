@@ -65,16 +65,19 @@ class Case:
     world_size: int
     dtype: str | None = None
     op: str | None = None
-    group: tuple[int, ...] | None = None   # global ranks of the subgroup; None = the whole world
+    group: tuple[int, ...] | None = None   # global ranks passed to new_group, in drawn order; None = the world
     root: int = 0                           # group rank of src/dst where the collective has one
     layout: str = "contiguous"              # contiguous | transposed | strided
+    offset: int = 0                         # > 0: every tensor a view this many elements into a larger buffer
     async_op: bool = False
     inputs: list[Any] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
 
     @property
     def members(self) -> tuple[int, ...]:
-        return self.group if self.group is not None else tuple(range(self.world_size))
+        """Global ranks in group-rank order: new_group ranks its members by global rank, whatever the
+        order it was given them in, so member j (inputs[j], slot j of a list) is the j-th smallest."""
+        return tuple(sorted(self.group)) if self.group is not None else tuple(range(self.world_size))
 
     @property
     def participants(self) -> tuple[int, ...]:
@@ -89,7 +92,7 @@ class Case:
         shapes = [getattr(x, "shape", None) for x in self.inputs[:4]]
         extra = {k: v for k, v in self.params.items() if k not in ("objects",)}
         return (f"{self.collective}(world={self.world_size}, group={self.group}, dtype={self.dtype}, op={self.op}, "
-                f"root={self.root}, layout={self.layout}, async={self.async_op}, shapes={shapes}, params={extra})")
+                f"root={self.root}, layout={self.layout}, offset={self.offset}, async={self.async_op}, shapes={shapes}, params={extra})")
 
 
 @dataclass(frozen=True)

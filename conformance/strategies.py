@@ -1,5 +1,5 @@
 """Hypothesis strategies for the inputs that matter: odd and zero sizes, every dtype, special values,
-non-contiguous layouts, every root, uneven splits, subgroups.
+non-contiguous layouts, views at a storage offset, every root, uneven splits, subgroups in any order.
 
 Everything here runs in the controller (the pytest process); ranks only see the drawn Case.
 """
@@ -45,8 +45,8 @@ def _float_elements(dtype: DType, op: str | None) -> st.SearchStrategy[float]:
 def values(dtype_name: str, shape: tuple[int, ...], op: str | None = None) -> st.SearchStrategy[np.ndarray]:
     """An array of `shape` whose values `dtype_name` represents exactly (carried as its carrier dtype)."""
     dtype = DTYPES[dtype_name]
-    if dtype.kind == "bool":
-        return hnp.arrays(np.bool_, shape)
+    if dtype.kind == "bool":  # the background is True half the time: several ranks' Trues meet in a reduction
+        return hnp.arrays(np.bool_, shape, elements=st.booleans(), fill=st.booleans())
     if dtype.kind in ("int", "uint"):
         info = np.iinfo(dtype.carrier)
         elements = st.integers(int(info.min), int(info.max))
@@ -66,12 +66,36 @@ def per_rank_values(dtype_name: str, shape: tuple[int, ...], n: int, op: str | N
     return st.lists(values(dtype_name, shape, op), min_size=n, max_size=n)
 
 
+def world_sizes(sizes: list[int]) -> st.SearchStrategy[int]:
+    """One of `sizes`, the larger half as often as all of them together: subgroups whose ranks are not
+    0..k-1 need three ranks or more, so three examples in four have them (one rank and two stay drawn)."""
+    return st.one_of(st.sampled_from(sizes), st.sampled_from(sizes[len(sizes) // 2:]))
+
+
 def subgroups(world_size: int, min_size: int = 1) -> st.SearchStrategy[tuple[int, ...] | None]:
-    """None (the default group) or a strict subset of ranks, for new_group."""
+    """None (the default group) or a strict subset of ranks for new_group, listed in any order; from three
+    ranks on, most subsets have several members and are not ranks 0..k-1. So group rank j (the j-th
+    smallest global rank) often differs from global rank j and from position j of the list given."""
     if world_size < 2:
         return st.none()
-    subsets = st.sets(st.integers(0, world_size - 1), min_size=min_size, max_size=world_size - 1)
-    return st.one_of(st.none(), st.none(), subsets.map(lambda s: tuple(sorted(s))))
+    ranks = st.integers(0, world_size - 1)
+    subsets = st.sets(ranks, min_size=min_size, max_size=world_size - 1)
+    if world_size >= 3:  # mostly several members, not ranks 0..k-1 (some group rank != global rank)
+        shifted = st.sets(ranks, min_size=max(2, min_size), max_size=world_size - 1).filter(
+            lambda s: s != set(range(len(s))))
+        subsets = st.one_of(subsets, shifted, shifted)
+    return st.one_of(st.none(), subsets.flatmap(_out_of_order))
+
+
+def _out_of_order(members: set[int]) -> st.SearchStrategy[tuple[int, ...]]:
+    """The members in a random order, an ascending draw reversed half the time (mostly out of order)."""
+    return st.tuples(st.permutations(sorted(members)), st.booleans()).map(
+        lambda drawn: tuple(drawn[0][::-1] if drawn[1] and list(drawn[0]) == sorted(drawn[0]) else drawn[0]))
+
+
+def storage_offsets() -> st.SearchStrategy[int]:
+    """0 (tensors at the start of their storage) or a view that many elements into a larger buffer."""
+    return st.sampled_from([0, 1, 5])
 
 
 @st.composite

@@ -18,6 +18,7 @@ from conformance.dtypes import DTYPES
 from conformance.oracle import REDUCE_OPS
 from conformance.plugin import session_of
 from conformance.spec import Cell, all_specs
+from conformance.strategies import world_sizes
 
 
 def matrix_cells(profile: Profile | None) -> list[Cell]:
@@ -58,7 +59,7 @@ def test_collective(cell: Cell, conformance) -> None:  # noqa: ANN001 - fixture 
     known: dict[str, Finding] = {}
 
     def property_holds(data: st.DataObject) -> None:
-        world_size = data.draw(st.sampled_from(sizes), label="world_size")
+        world_size = data.draw(world_sizes(sizes), label="world_size")
         case = spec.cases(data.draw, world_size, cell, conformance.profile)
         result = execute(conformance.pool(world_size), spec, case, conformance.profile)
         finding = result.failed and known_finding(conformance.backend, cell, result.layout,

@@ -221,6 +221,9 @@ class Buffers:
                     root=self.plan.root)
         if name == "scatter":
             case.inputs = per_rank[self.plan.root]
+        elif name == "sendrecv":  # one message per direction (p2p.ring_cases' k = 1)
+            case.inputs = per_rank
+            case.params.update(tags=[0], send_order=[0], recv_order=[0], matching="tag")
         else:
             case.inputs = [x[0] for x in per_rank]
         if name == "all_gather":
@@ -230,7 +233,7 @@ class Buffers:
         elif name == "all_to_all":
             case.params.update(rows=[[self.chunk] * n for _ in range(n)], default_splits=True)
         if name == "sendrecv":
-            out = {"from_prev": arrays(self.recv), "waited": list(waited)}
+            out = {"from_prev": [arrays(self.recv)], "waited": list(waited)}
         else:
             out = {"out": arrays(self.recv) if self.recv is not None else None, "waited": None}
         verdict = spec.check_rank(case, self.me, out, self.plan.flavor)

@@ -11,7 +11,9 @@ loopback. Every call is, in order:
 3. run on gloo, emulating NCCL where gloo differs: fp8 reductions (gloo rejects fp8), integer AVG
    (truncating division), float AVG and PREMUL_SUM (pre-multiplied sums), bool SUM as OR, reduce
    leaving non-root tensors unchanged, uneven all_gather / reduce_scatter, stacked outputs for
-   all_gather_into_tensor (NCCL checks numel only), non-contiguous point-to-point tensors.
+   all_gather_into_tensor (NCCL checks numel only), non-contiguous point-to-point tensors, and
+   point-to-point matching: ProcessGroupNCCL ignores tags, so the k-th recv from a peer gets the k-th
+   send from it whatever the tags (every message travels on gloo tag 0, which gloo matches in order).
    What NCCL does not implement is refused the same way: recv/irecv without a source and
    all_gather_coalesced raise NotImplementedError.
 
@@ -231,7 +233,7 @@ class SimProcessGroup(dist.ProcessGroup):
                                      signer=self._strict)
         self._p2p = P2PChecker(self._strict, label=self._label, global_rank=self._global_rank)
         self._local = threading.local()  # .checked: the current call has passed the strict check
-        self._loopback: dict[int, collections.deque] = {}  # messages this rank sent to itself, by tag
+        self._loopback: collections.deque = collections.deque()  # messages this rank sent to itself, in order
         # the device types the group serves, as torch asks them (_device_types, object collectives, DCP,
         # DTensor): an NCCL group's are ("cuda",); default: the host, and simulated GPUs where there are some
         for device in devices or (("cpu", "cuda") if _gpus_simulated() else ("cpu",)):
@@ -741,11 +743,13 @@ class SimProcessGroup(dist.ProcessGroup):
         rules.check_dtype(t, self._ctx("send", "tensor"))
         rules.warn_p2p_layout(t)
         if dst == self.rank():  # NCCL sends to itself within a group; gloo has no pair for that
-            self._loopback.setdefault(tag, collections.deque()).append(t.detach().clone())
+            self._loopback.append(t.detach().clone())
             return SimWork(None, [t])
         self._pairs.first_contact(dst, "send")
-        posted = self._p2p.post("send", dst, tag, t)
-        work = SimWork(self._gloo.send([_raw_bytes(t.contiguous())], dst, tag), [t], lambda: self._p2p.verify(posted))
+        wire_tag = self._p2p_tag(tag)  # the check pairs messages as the wire does
+        posted = self._p2p.post("send", dst, wire_tag, t)
+        work = SimWork(self._gloo.send([_raw_bytes(t.contiguous())], dst, wire_tag), [t],
+                       lambda: self._p2p.verify(posted))
         if comm_log.ACTIVE is not False:
             comm_log.record("send", 2, (tensors,))
         return work
@@ -756,27 +760,32 @@ class SimProcessGroup(dist.ProcessGroup):
         rules.check_dtype(t, self._ctx("recv", "tensor"))
         rules.warn_p2p_layout(t)
         if src == self.rank():
-            return SimWork(None, [t], lambda: self._receive_own(t, tag))
+            return SimWork(None, [t], lambda: self._receive_own(t))
         self._pairs.first_contact(src, "recv")
         target = _contiguous(t)
-        posted = self._p2p.post("recv", src, tag, t)
+        posted = self._p2p.post("recv", src, self._p2p_tag(tag), t)
 
         def finish() -> None:
             self._p2p.verify(posted)
             if target is not t:
                 t.copy_(target)
-        work = SimWork(self._gloo.recv([_raw_bytes(target)], src, tag), [t], finish)
+        work = SimWork(self._gloo.recv([_raw_bytes(target)], src, self._p2p_tag(tag)), [t], finish)
         if comm_log.ACTIVE is not False:
             comm_log.record("recv", 2, (tensors,))
         return work
 
-    def _receive_own(self, t: Tensor, tag: int) -> None:
-        """A recv from this rank itself, completed by the send the same batch posted (in either order)."""
-        queue = self._loopback.get(tag)
-        if not queue:
-            raise RuntimeError(f"simgpu: rank {self.rank()} waited for a recv from itself (tag {tag}) that no send "
+    def _p2p_tag(self, tag: int) -> int:
+        """The gloo tag a message travels with: 0 for all, as ProcessGroupNCCL ignores tags (the k-th recv
+        from a peer gets its k-th send). tests/broken_backends.py overrides this to honour tags."""
+        return 0
+
+    def _receive_own(self, t: Tensor) -> None:
+        """A recv from this rank itself, completed by the send the same batch posted (in either order);
+        like any other peer, the k-th recv from itself gets the k-th send to itself, tags ignored."""
+        if not self._loopback:
+            raise RuntimeError(f"simgpu: rank {self.rank()} waited for a recv from itself that no send "
                                f"to itself matches (on NCCL: a hang)")
-        message = queue.popleft()
+        message = self._loopback.popleft()
         if message.shape != t.shape or message.dtype != t.dtype:
             raise RuntimeError(f"simgpu: rank {self.rank()} sent {message.dtype}{list(message.shape)} to itself but "
                                f"receives into {t.dtype}{list(t.shape)}")

@@ -122,15 +122,26 @@ def test_bool_reductions(flavor: str) -> None:
     assert not reduce_ok([False, True, True, False], inputs, "sum", "bool", flavor)
 
 
-def test_bool_raw_bytes_above_one() -> None:
+@pytest.mark.parametrize("flavor", ["nccl", "gloo"])
+def test_bool_raw_bytes_above_one_are_wrong_on_every_backend(flavor: str) -> None:
     inputs = arrs("bool", [True, True], [True, False])
     raw = np.array([2, 1], dtype=np.uint8).view(np.bool_)   # "True" stored as byte 2 (a plain byte add)
-    verdict = check_reduction(raw, inputs, "sum", DTYPES["bool"], "nccl")
-    assert not verdict.ok and "raw bytes" in verdict.message
-    # gloo makes no 0/1 promise: truthiness is what counts there
-    assert check_reduction(raw, inputs, "sum", DTYPES["bool"], "gloo").ok
+    verdict = check_reduction(raw, inputs, "sum", DTYPES["bool"], flavor)
+    assert not verdict.ok and "invalid bool" in verdict.message and "[2]" in verdict.message
+    three = np.array([3, 0], dtype=np.uint8).view(np.bool_)
+    assert not check_reduction(three, arrs("bool", [True, False], [True, False], [True, False]), "sum",
+                               DTYPES["bool"], flavor).ok
     clean = np.array([1, 1], dtype=np.uint8).view(np.bool_)
-    assert check_reduction(clean, inputs, "sum", DTYPES["bool"], "nccl").ok
+    assert check_reduction(clean, inputs, "sum", DTYPES["bool"], flavor).ok
+
+
+def test_bool_copy_with_a_byte_above_one_is_wrong() -> None:
+    """Data movement too: a broadcast or gather that hands back byte 2 for True did not copy the bool."""
+    want = np.array([True, False, True])
+    assert check_exact_copy(want.copy(), want).ok
+    got = np.array([2, 0, 1], dtype=np.uint8).view(np.bool_)
+    verdict = check_exact_copy(got, want, "gather_list[1]")
+    assert not verdict.ok and verdict.message.startswith("gather_list[1]: invalid bool")
 
 
 # ----------------------------------------------------------------------------- float bounds at the edge

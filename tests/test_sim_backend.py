@@ -324,6 +324,26 @@ def point_to_point(ctx):
 
 
 @case
+def tagged_messages(ctx, batched):
+    """Rank 0 sends three messages to rank 1 (tags 5, 6, 7), rank 1 posts its receives for tags 7, 5, 6;
+    rank 0 also sends itself two (tags 1, 2) and receives them as tags 2, 1."""
+    works, got, own = [], [torch.zeros(1) for _ in range(3)], [torch.zeros(1) for _ in range(2)]
+    if ctx.rank == 0:
+        ops = [(dist.isend, torch.tensor([float(tag)]), 1, tag) for tag in (5, 6, 7)]
+        ops += [(dist.isend, torch.tensor([float(tag)]), 0, tag) for tag in (1, 2)]
+        ops += [(dist.irecv, own[0], 0, 2), (dist.irecv, own[1], 0, 1)]
+    else:
+        ops = [(dist.irecv, got[i], 0, tag) for i, tag in enumerate((7, 5, 6))]
+    if batched:
+        works = dist.batch_isend_irecv([dist.P2POp(fn, t, peer, tag=tag) for fn, t, peer, tag in ops])
+    else:
+        works = [fn(t, peer, tag=tag) for fn, t, peer, tag in ops]
+    for work in works:
+        work.wait()
+    return [t.item() for t in (own if ctx.rank == 0 else got)]
+
+
+@case
 def p2p_ring(ctx, order):
     """A ring of isend(next) / irecv(prev): "naive" (every rank sends first), "paired" (odd ranks
     receive first), or "batch" (naive order inside batch_isend_irecv)."""
@@ -695,6 +715,13 @@ def test_missing_rank_times_out():
         second = pool.run(rank_call, "after_timeout")
         assert all(o.ok for o in second), [o.describe() for o in second]
         assert pool.starts == 2 and not set(pids) & set(pool.pids())
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_p2p_ignores_tags_and_matches_in_posting_order(pool2, batched):
+    """ProcessGroupNCCL ignores tags: the k-th receive from a peer gets the k-th send from it. gloo would
+    hand the receive for tag 7 the message with tag 7; NCCL (and the simulator) hand it the first one."""
+    assert values(pool2.run(rank_call, "tagged_messages", batched)) == [[1.0, 2.0], [5.0, 6.0, 7.0]]
 
 
 @pytest.mark.parametrize("order", ["paired", "batch"])

@@ -13,11 +13,11 @@ import numpy as np
 from hypothesis import strategies as st
 
 from conformance.collectives.common import (async_verdict, draw_frame, draw_layout, expect, has_dist, members_only,
-                                            per_rank)
+                                            output, per_rank, tensor)
 from conformance.oracle import Verdict, check_exact_copy
 from conformance.spec import Case, CollectiveSpec, register
 from conformance.strategies import shapes, values
-from conformance.tensors import arrays, empty, make
+from conformance.tensors import arrays
 
 
 def list_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
@@ -36,8 +36,8 @@ def list_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
 def run_list(ctx: Any, case: Case, group: Any, me: int) -> dict:
     import torch.distributed as dist
 
-    outs = [empty(x.shape, case.dtype, case.layout, ctx.device) for x in case.inputs]
-    t = make(case.inputs[me], case.dtype, case.layout, ctx.device)
+    outs = [output(ctx, case, x.shape) for x in case.inputs]
+    t = tensor(ctx, case, case.inputs[me])
     work = dist.all_gather(outs, t, group=group, async_op=case.async_op)
     waited = work.wait() if case.async_op else None
     return {"out": arrays(outs), "waited": waited}
@@ -75,8 +75,8 @@ def _run_into_tensor(fn_name: str) -> Any:
     def run(ctx: Any, case: Case, group: Any, me: int) -> dict:
         import torch.distributed as dist
 
-        out = empty(case.params["out_shape"], case.dtype, case.layout, ctx.device)
-        t = make(case.inputs[me], case.dtype, case.layout, ctx.device)
+        out = output(ctx, case, case.params["out_shape"])
+        t = tensor(ctx, case, case.inputs[me])
         if case.params["in_place"]:
             rows = t.shape[0]
             slot = out[me] if case.params["stacked"] else out[me * rows:(me + 1) * rows]

@@ -11,11 +11,12 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from conformance.collectives.common import async_verdict, draw_frame, draw_layout, expect, members_only, per_rank
+from conformance.collectives.common import (async_verdict, draw_frame, draw_layout, expect, members_only, output,
+                                            per_rank, tensor)
 from conformance.oracle import OK, Verdict, check_exact_copy
 from conformance.spec import Case, CollectiveSpec, register
 from conformance.strategies import shapes, values
-from conformance.tensors import arrays, empty, make
+from conformance.tensors import arrays
 
 
 def _draw_matrix(draw: Any, n: int, collective: str, profile: Any) -> list[list[int]]:
@@ -53,8 +54,8 @@ def list_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
 def run_list(ctx: Any, case: Case, group: Any, me: int) -> dict:
     import torch.distributed as dist
 
-    ins = [make(x, case.dtype, case.layout, ctx.device) for x in case.inputs[me]]
-    outs = [empty(case.inputs[j][me].shape, case.dtype, case.layout, ctx.device) for j in range(case.size)]
+    ins = [tensor(ctx, case, x) for x in case.inputs[me]]
+    outs = [output(ctx, case, case.inputs[j][me].shape) for j in range(case.size)]
     work = dist.all_to_all(outs, ins, group=group, async_op=case.async_op)
     waited = work.wait() if case.async_op else None
     return {"out": arrays(outs), "waited": waited}
@@ -91,8 +92,8 @@ def run_single(ctx: Any, case: Case, group: Any, me: int) -> dict:
     import torch.distributed as dist
 
     m = case.params["rows"]
-    t = make(case.inputs[me], case.dtype, case.layout, ctx.device)
-    out = empty(case.params["out_shapes"][me], case.dtype, case.layout, ctx.device)
+    t = tensor(ctx, case, case.inputs[me])
+    out = output(ctx, case, case.params["out_shapes"][me])
     splits: dict[str, Any] = {}
     if not case.params["default_splits"]:
         splits = {"input_split_sizes": list(m[me]), "output_split_sizes": [m[i][me] for i in range(case.size)]}

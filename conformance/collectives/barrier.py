@@ -16,7 +16,7 @@ from conformance.spec import Case, CollectiveSpec, register
 
 
 def cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
-    case = draw_frame(draw, world_size, cell)
+    case = draw_frame(draw, world_size, cell, offset=False)
     case.params["delays"] = draw(st.lists(st.sampled_from([0.0, 0.0, 0.005, 0.02, 0.05]),
                                           min_size=case.size, max_size=case.size), label="delays")
     return case

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from conformance.backends import Profile
 from conformance.oracle import Verdict
 from conformance.spec import Case, Cell, Reject
-from conformance.strategies import layouts, per_rank_values, premul_factors, shapes, subgroups
-from conformance.tensors import is_contiguous_layout
+from conformance.strategies import layouts, per_rank_values, premul_factors, shapes, storage_offsets, subgroups
+from conformance.tensors import empty, guarded, is_contiguous_layout, make, outside_view_damage
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
 
@@ -24,10 +24,12 @@ def reduce_op(name: str, factor: float | None = None) -> Any:
 
 
 def draw_frame(draw: Draw, world_size: int, cell: Cell, *, subgroup: bool = True, root: bool = False,
-               min_group: int = 1) -> Case:
-    """The parts every collective draws: subgroup, root, async_op, premul factor."""
+               min_group: int = 1, offset: bool = True) -> Case:
+    """The parts every collective draws: subgroup, root, async_op, premul factor, storage offset."""
     group = draw(subgroups(world_size, min_group), label="group") if subgroup else None
     case = Case(cell.collective, world_size, cell.dtype, cell.op, group=group)
+    if offset:
+        case.offset = draw(storage_offsets(), label="storage offset")
     if root:
         case.root = draw(st.integers(0, case.size - 1), label="root")
     case.async_op = draw(st.booleans(), label="async_op")
@@ -56,16 +58,48 @@ def expect(profile: Profile, case: Case, *features: str) -> Reject | None:
                           size=case.size, empty=empty)
 
 
-def members_only(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Rank-side decorator: ranks outside the case's group still create the group (collective) and return None."""
+def tensor(ctx: Any, case: Case, array: Any) -> Any:
+    """Rank side: `array` as a tensor of the case's dtype, layout and storage offset on this rank's device."""
+    return make(array, case.dtype, case.layout, ctx.device, case.offset)
+
+
+def output(ctx: Any, case: Case, shape: tuple[int, ...]) -> Any:
+    """Rank side: an output tensor like `tensor`, holding the sentinel 0 in the view."""
+    return empty(shape, case.dtype, case.layout, ctx.device, offset=case.offset)
+
+
+def guard_outside_views(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Rank-side decorator: a dict result gets "outside_view", what the call changed in the buffers around
+    the views built at a storage offset (the driver fails the example if any rank reports some)."""
     import functools
+
+    @functools.wraps(fn)
+    def run(*args: Any) -> Any:
+        guarded()
+        try:
+            result = fn(*args)
+        finally:
+            damage = outside_view_damage()
+        if damage and isinstance(result, dict):
+            result["outside_view"] = damage
+        return result
+
+    return run
+
+
+def members_only(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Rank-side decorator: ranks outside the case's group still create the group (collective) and return None.
+    Members get their group rank (see Case.members) and the outside-the-view guard."""
+    import functools
+
+    guarded_fn = guard_outside_views(fn)
 
     @functools.wraps(fn)
     def run(ctx: Any, case: Case) -> Any:
         group = ctx.group(case.group)
         if ctx.rank not in case.members:
             return None
-        return fn(ctx, case, group, case.members.index(ctx.rank))
+        return guarded_fn(ctx, case, group, case.members.index(ctx.rank))
 
     return run
 

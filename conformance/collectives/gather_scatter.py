@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.collectives.common import async_verdict, expect, members_only, one_tensor_per_rank, per_rank
+from conformance.collectives.common import (async_verdict, expect, members_only, one_tensor_per_rank, output,
+                                            per_rank, tensor)
 from conformance.oracle import OK, Verdict, check_exact_copy
 from conformance.spec import Case, CollectiveSpec, register
-from conformance.tensors import arrays, empty, make
+from conformance.tensors import arrays
 
 
 cases = one_tensor_per_rank(root=True)
@@ -20,8 +21,8 @@ cases = one_tensor_per_rank(root=True)
 def run_gather(ctx: Any, case: Case, group: Any, me: int) -> dict:
     import torch.distributed as dist
 
-    t = make(case.inputs[me], case.dtype, case.layout, ctx.device)
-    outs = [empty(x.shape, case.dtype, case.layout, ctx.device) for x in case.inputs] if me == case.root else None
+    t = tensor(ctx, case, case.inputs[me])
+    outs = [output(ctx, case, x.shape) for x in case.inputs] if me == case.root else None
     work = dist.gather(t, outs, dst=case.members[case.root], group=group, async_op=case.async_op)
     waited = work.wait() if case.async_op else None
     return {"out": arrays(outs) if outs is not None else None, "waited": waited}
@@ -41,8 +42,8 @@ def check_gather(case: Case, me: int, out: dict, flavor: str) -> Verdict:
 def run_scatter(ctx: Any, case: Case, group: Any, me: int) -> dict:
     import torch.distributed as dist
 
-    t = empty(case.inputs[me].shape, case.dtype, case.layout, ctx.device)
-    parts = [make(x, case.dtype, case.layout, ctx.device) for x in case.inputs] if me == case.root else None
+    t = output(ctx, case, case.inputs[me].shape)
+    parts = [tensor(ctx, case, x) for x in case.inputs] if me == case.root else None
     work = dist.scatter(t, parts, src=case.members[case.root], group=group, async_op=case.async_op)
     waited = work.wait() if case.async_op else None
     return {"out": arrays(t), "waited": waited}

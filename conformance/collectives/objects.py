@@ -17,7 +17,7 @@ objects = st.recursive(_leaves, lambda inner: st.lists(inner, max_size=4) | st.t
 
 
 def cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
-    case = draw_frame(draw, world_size, cell, root=True)
+    case = draw_frame(draw, world_size, cell, root=True, offset=False)
     case.async_op = False
     count = draw(st.integers(1, 3), label="objects per list")
     case.params["objects"] = [draw(st.lists(objects, min_size=count, max_size=count)) for _ in range(case.size)]

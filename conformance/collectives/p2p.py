@@ -3,7 +3,12 @@
 send_recv: one drawn (src, dst) pair; recv(src=None) must return the sender's rank. Sending to
 yourself (world size 1) must raise ValueError "Invalid destination rank".
 isend_irecv / batch_isend_irecv: a ring, every member sends to the next and receives from the previous
-(batch: both directions at once, one P2POp list).
+(batch: both directions at once, one P2POp list), k = 1..3 messages per direction in flight at once,
+each with its own tag, the receiver posting its receives in another order than the sender its sends.
+Which send a receive gets is the table's p2p_matching rule: "tag" (torch's contract, gloo, backends
+without a table: the send with the receive's tag) or "posting order" (ProcessGroupNCCL ignores tags:
+the k-th receive from a peer gets the k-th send from it). A backend that follows the other rule
+swaps messages and fails.
 """
 from __future__ import annotations
 
@@ -11,10 +16,10 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from conformance.collectives.common import draw_frame, draw_layout, expect, per_rank
+from conformance.collectives.common import draw_frame, draw_layout, expect, guard_outside_views, per_rank
 from conformance.oracle import OK, Verdict, check_exact_copy
 from conformance.spec import Case, CollectiveSpec, Reject, register
-from conformance.strategies import per_rank_values, shapes
+from conformance.strategies import per_rank_values, shapes, values
 from conformance.tensors import arrays, empty, make
 
 
@@ -36,6 +41,7 @@ def pair_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
     return case
 
 
+@guard_outside_views
 def run_pair(ctx: Any, case: Case) -> Any:
     import torch.distributed as dist
 
@@ -43,10 +49,11 @@ def run_pair(ctx: Any, case: Case) -> Any:
     if ctx.rank == src and ctx.rank != dst and case.params["sender_skips"]:
         return None
     if ctx.rank == src:
-        dist.send(make(case.inputs[src], case.dtype, case.layout, ctx.device), dst=dst)
-        return None
+        t = make(case.inputs[src], case.dtype, case.layout, ctx.device, case.offset)
+        dist.send(t, dst=dst)
+        return {"sent": True}
     if ctx.rank == dst:
-        t = empty(case.inputs[src].shape, case.dtype, case.layout, ctx.device)
+        t = empty(case.inputs[src].shape, case.dtype, case.layout, ctx.device, offset=case.offset)
         sender = dist.recv(t, src=None if case.params["any_source"] else src)
         return {"out": arrays(t), "sender": sender}
     return None
@@ -80,52 +87,105 @@ def expect_pair(profile: Any, case: Case) -> Reject | None:
     return Reject.any_of([r for r in found if r is not None])
 
 
+MAX_MESSAGES = 3
+REVERSE_TAG = 1000  # batch_isend_irecv: tags of the messages to the previous rank are the forward ones + this
+
+
 def ring_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
     case = draw_frame(draw, world_size, cell, subgroup=False)
-    shape = draw(shapes(min_dims=0), label="shape")
+    k = draw(st.integers(1, MAX_MESSAGES), label="messages per direction")
+    # several messages only where they can be told apart: at least one element each
+    shape = draw(shapes(min_dims=0, min_side=1 if k > 1 else 0), label="shape")
     draw_layout(draw, case, shape)
-    case.inputs = draw(per_rank_values(case.dtype, shape, world_size), label="inputs")
+    tags = draw(st.lists(st.integers(0, 20), min_size=k, max_size=k, unique=True), label="tags")
+    send_order = draw(st.permutations(range(k)), label="send order")
+    recv_order = draw(st.permutations(range(k)), label="recv order")
+    if k > 1 and recv_order == send_order:
+        recv_order = recv_order[::-1]  # the receiver posts in another order than the sender
+    case.params.update(tags=tags, send_order=list(send_order), recv_order=list(recv_order),
+                       matching=profile.p2p_matching if profile is not None else "tag")
+    # inputs[r][i]: rank r's message i (tag tags[i]), sent to the next rank (and, batched, to the previous)
+    case.inputs = [draw(st.lists(values(case.dtype, shape), min_size=k, max_size=k), label=f"messages of rank {r}")
+                   for r in range(world_size)]
     return case
 
 
+def _post(case: Case, dist: Any, kind: str, peer: int, tensors: list, tag_shift: int = 0) -> list:
+    """The isends (kind "send") or irecvs of one direction, in the case's posting order for that side."""
+    order = case.params["send_order" if kind == "send" else "recv_order"]
+    fn = dist.isend if kind == "send" else dist.irecv
+    return [(fn, tensors[i], peer, case.params["tags"][i] + tag_shift) for i in order]
+
+
+def _buffers(ctx: Any, case: Case, r: int) -> tuple[list, Any]:
+    """This rank's messages as tensors, and a maker of k receive buffers."""
+    sends = [make(x, case.dtype, case.layout, ctx.device, case.offset) for x in case.inputs[r]]
+
+    def receives() -> list:
+        return [empty(x.shape, case.dtype, case.layout, ctx.device, offset=case.offset) for x in case.inputs[r]]
+
+    return sends, receives
+
+
+@guard_outside_views
 def run_ring(ctx: Any, case: Case) -> Any:
     import torch.distributed as dist
 
     n, r = case.world_size, ctx.rank
-    send = make(case.inputs[r], case.dtype, case.layout, ctx.device)
-    got = empty(case.inputs[(r - 1) % n].shape, case.dtype, case.layout, ctx.device)
+    sends, receives = _buffers(ctx, case, r)
+    got = receives()
+    posts = _post(case, dist, "send", (r + 1) % n, sends)
+    recvs = _post(case, dist, "recv", (r - 1) % n, got)
     # Even ranks send first, odd ranks receive first. The naive order (every rank isend, then irecv)
     # deadlocks on NCCL at 3+ ranks: each first isend creates its pair's communicator and waits for
     # the next rank, which waits for its own next (H200 run 2026-11-22, world 4: all ranks stuck).
-    if r % 2 == 0:
-        works = [dist.isend(send, (r + 1) % n), dist.irecv(got, (r - 1) % n)]
-    else:
-        works = [dist.irecv(got, (r - 1) % n), dist.isend(send, (r + 1) % n)]
+    ordered = posts + recvs if r % 2 == 0 else recvs + posts
+    works = [fn(t, peer, tag=tag) for fn, t, peer, tag in ordered]
     waited = [w.wait() for w in works]
     return {"from_prev": arrays(got), "waited": waited}
 
 
+@guard_outside_views
 def run_batch(ctx: Any, case: Case) -> Any:
     import torch.distributed as dist
 
     n, r = case.world_size, ctx.rank
-    send = make(case.inputs[r], case.dtype, case.layout, ctx.device)
-    from_prev = empty(case.inputs[(r - 1) % n].shape, case.dtype, case.layout, ctx.device)
-    from_next = empty(case.inputs[(r + 1) % n].shape, case.dtype, case.layout, ctx.device)
-    ops = [dist.P2POp(dist.isend, send, (r + 1) % n), dist.P2POp(dist.irecv, from_prev, (r - 1) % n),
-           dist.P2POp(dist.isend, send, (r - 1) % n), dist.P2POp(dist.irecv, from_next, (r + 1) % n)]
-    waited = [w.wait() for w in dist.batch_isend_irecv(ops)]
+    sends, receives = _buffers(ctx, case, r)
+    from_prev, from_next = receives(), receives()
+    ops = (_post(case, dist, "send", (r + 1) % n, sends) + _post(case, dist, "recv", (r - 1) % n, from_prev)
+           + _post(case, dist, "send", (r - 1) % n, sends, REVERSE_TAG)
+           + _post(case, dist, "recv", (r + 1) % n, from_next, REVERSE_TAG))
+    works = dist.batch_isend_irecv([dist.P2POp(fn, t, peer, tag=tag) for fn, t, peer, tag in ops])
+    waited = [w.wait() for w in works]
     return {"from_prev": arrays(from_prev), "from_next": arrays(from_next), "waited": waited}
+
+
+def expected_messages(case: Case, sender: int) -> list:
+    """What a rank's k receive buffers from `sender` must hold under the case's matching rule."""
+    sent = case.inputs[sender]
+    if case.params["matching"] == "tag":
+        return list(sent)
+    got: list = [None] * len(sent)
+    for slot, message in zip(case.params["recv_order"], case.params["send_order"]):
+        got[slot] = sent[message]  # the p-th posted receive gets the p-th posted send
+    return got
 
 
 def check_ring(case: Case, r: int, out: Any, flavor: str) -> Verdict:
     n = case.world_size
-    v = check_exact_copy(out["from_prev"], case.inputs[(r - 1) % n], "from previous rank")
-    if v.ok and "from_next" in out:
-        v = check_exact_copy(out["from_next"], case.inputs[(r + 1) % n], "from next rank")
-    if v.ok and not all(w is True for w in out["waited"]):
-        v = Verdict(False, f"Work.wait() returned {out['waited']}, expected True for each")
-    return v
+    rule = f"matched by {case.params['matching']}"
+    directions = [("from_prev", (r - 1) % n, "previous")]
+    if "from_next" in out:  # batch_isend_irecv: both directions
+        directions.append(("from_next", (r + 1) % n, "next"))
+    for key, sender, name in directions:
+        for i, (got, want) in enumerate(zip(out[key], expected_messages(case, sender))):
+            tag = case.params["tags"][i] + (REVERSE_TAG if key == "from_next" else 0)
+            v = check_exact_copy(got, want, f"receive with tag {tag} from the {name} rank ({rule})")
+            if not v.ok:
+                return v
+    if not all(w is True for w in out["waited"]):
+        return Verdict(False, f"Work.wait() returned {out['waited']}, expected True for each")
+    return OK
 
 
 register(CollectiveSpec(

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.collectives.common import (async_verdict, expect, members_only, one_tensor_per_rank, per_rank,
-                                            reduce_op)
+                                            reduce_op, tensor)
 from conformance.dtypes import DTYPES
 from conformance.oracle import OK, Verdict, check_reduction
 from conformance.spec import Case, CollectiveSpec, register
-from conformance.tensors import arrays, make
+from conformance.tensors import arrays
 
 
 cases = one_tensor_per_rank(root=True)
@@ -19,7 +19,7 @@ cases = one_tensor_per_rank(root=True)
 def run(ctx: Any, case: Case, group: Any, me: int) -> dict:
     import torch.distributed as dist
 
-    t = make(case.inputs[me], case.dtype, case.layout, ctx.device)
+    t = tensor(ctx, case, case.inputs[me])
     work = dist.reduce(t, dst=case.members[case.root], op=reduce_op(case.op, case.params.get("factor")),
                        group=group, async_op=case.async_op)
     waited = work.wait() if case.async_op else None

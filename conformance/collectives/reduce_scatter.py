@@ -11,12 +11,12 @@ from typing import Any
 from hypothesis import strategies as st
 
 from conformance.collectives.common import (async_verdict, draw_frame, draw_layout, expect, has_dist, members_only,
-                                            per_rank, reduce_op)
+                                            output, per_rank, reduce_op, tensor)
 from conformance.dtypes import DTYPES
 from conformance.oracle import Verdict, check_reduction
 from conformance.spec import Case, CollectiveSpec, register
 from conformance.strategies import shapes, values
-from conformance.tensors import arrays, empty, make
+from conformance.tensors import arrays
 
 
 def list_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
@@ -36,8 +36,8 @@ def list_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
 def run_list(ctx: Any, case: Case, group: Any, me: int) -> dict:
     import torch.distributed as dist
 
-    pieces = [make(x, case.dtype, case.layout, ctx.device) for x in case.inputs[me]]
-    out = empty(case.inputs[me][me].shape, case.dtype, case.layout, ctx.device)
+    pieces = [tensor(ctx, case, x) for x in case.inputs[me]]
+    out = output(ctx, case, case.inputs[me][me].shape)
     work = dist.reduce_scatter(out, pieces, op=reduce_op(case.op, case.params.get("factor")), group=group,
                                async_op=case.async_op)
     waited = work.wait() if case.async_op else None
@@ -68,8 +68,8 @@ def _run_tensor(fn_name: str) -> Any:
     def run(ctx: Any, case: Case, group: Any, me: int) -> dict:
         import torch.distributed as dist
 
-        t = make(case.inputs[me], case.dtype, case.layout, ctx.device)
-        out = empty(case.params["out_shape"], case.dtype, case.layout, ctx.device)
+        t = tensor(ctx, case, case.inputs[me])
+        out = output(ctx, case, case.params["out_shape"])
         if case.params["in_place"]:
             rows = out.shape[0]
             out = t[me * rows:(me + 1) * rows]

@@ -1,0 +1,130 @@
+"""The suite catches each deliberately broken backend of tests/broken_backends.py with the default (ci)
+profile on three hypothesis seeds, and every failing example it prints holds the input class that
+backend's defect needs (so the catch comes from that class, not from some other difference).
+
+Each run is a `python -m pytest conformance/test_collectives.py --backend=<broken> ...` subprocess from
+the repository root, two at a time (the machine has two cores); each test waits for its own.
+The gloo run checks the other side of the bool rule: real gloo's SUM on bool leaves byte 2, which the
+suite reports as the registered finding gloo-bool-sum-bytes (XFAIL), not as a pass.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SEEDS = (0, 1, 2)
+
+# the cells each broken backend runs (-k) and the input class every failing case must show
+CELLS = {
+    "offsetblind": "broadcast-float32 or all_gather_into_tensor-int32 or reduce_scatter_tensor-float32-sum "
+                   "or gather-int8 or all_to_all_single-float32 or isend_irecv-int32",
+    "offsetspill": "broadcast-float32 or all_gather_into_tensor-int32 or reduce_scatter_tensor-float32-sum "
+                   "or gather-int8 or all_to_all_single-float32 or isend_irecv-int32",
+    "globalslots": "all_gather-float32 or gather-int32 or scatter-float32 or all_gather_object or gather_object "
+                   "or scatter_object_list",
+    "tagmatch": "isend_irecv-float32 or isend_irecv-int64 or batch_isend_irecv-float32 or batch_isend_irecv-int32",
+    "boolbytes": "bool-sum",
+    "tagblind": "isend_irecv-float32 or isend_irecv-int64 or batch_isend_irecv-float32 or batch_isend_irecv-int32",
+}
+CASE = re.compile(r"case: (?P<collective>\w+)\(world=(?P<world>\d+), group=(?P<group>None|\([\d, ]*\)), "
+                  r"dtype=(?P<dtype>\w+), .*?offset=(?P<offset>\d+), .*params=(?P<params>\{.*\})\)\s*$", re.M)
+
+
+def _offset_view(m: re.Match) -> bool:
+    """A tensor at a storage offset: a drawn offset, or an in-place slot of a larger tensor."""
+    return int(m["offset"]) > 0 or "'in_place': True" in m["params"]
+
+
+def _shifted_group(m: re.Match) -> bool:
+    """A subgroup whose global ranks are not 0..k-1 (group rank j != global rank j)."""
+    if m["group"] == "None":
+        return False
+    ranks = sorted(ast.literal_eval(m["group"] if "," in m["group"] else m["group"][:-1] + ",)"))
+    return ranks != list(range(len(ranks)))
+
+
+def _several_tags(m: re.Match) -> bool:
+    """Several messages per pair, with distinct tags, posted in different orders."""
+    params = ast.literal_eval(m["params"])
+    return len(params["tags"]) > 1 and params["send_order"] != params["recv_order"]
+
+
+CLASS: dict[str, Callable[[re.Match], bool]] = {
+    "offsetblind": _offset_view,
+    "offsetspill": _offset_view,
+    "globalslots": _shifted_group,
+    "tagmatch": _several_tags,
+    "boolbytes": lambda m: m["dtype"] == "bool",
+    "tagblind": _several_tags,
+}
+
+
+class Runs:
+    """The subprocesses, two at a time; result(key) waits for one."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.env = dict(os.environ)
+        for key in ("CI", "SIMGPU_PROFILE", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER"):
+            self.env.pop(key, None)
+        self.env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [self.env.get("PYTHONPATH")])])
+        self.env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(tmp / "hypothesis")
+        self.pool = ThreadPoolExecutor(max_workers=2)
+        self.futures: dict[tuple[str, int], Future] = {}
+        for seed in SEEDS:
+            for backend, cells in CELLS.items():
+                args = [f"--backend={backend}", "--backend-module=tests.broken_backends", "-k", cells]
+                self.futures[(backend, seed)] = self.pool.submit(self._run, backend, seed, args)
+        self.futures[("gloo", 0)] = self.pool.submit(
+            self._run, "gloo", 0, ["--backend=gloo", "-rx", "-k", "reduce_scatter-bool-sum or reduce-bool-sum"])
+
+    def _run(self, name: str, seed: int, args: list[str]) -> tuple[int, str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "conformance/test_collectives.py", "-p", "no:cacheprovider", "-q",
+             "--conformance-profile=ci", "--rank-timeout=30", f"--hypothesis-seed={seed}",
+             "--report-dir", str(self.tmp / f"{name}-{seed}"), *args],
+            cwd=REPO, env=self.env, capture_output=True, text=True, timeout=300)
+        return proc.returncode, proc.stdout + proc.stderr
+
+    def result(self, backend: str, seed: int) -> tuple[int, str]:
+        return self.futures[(backend, seed)].result()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory):
+    r = Runs(tmp_path_factory.mktemp("broken_backends"))
+    yield r
+    r.close()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("backend", sorted(CELLS))
+def test_broken_backend_is_caught_by_its_input_class(runs: Runs, backend: str, seed: int) -> None:
+    rc, text = runs.result(backend, seed)
+    assert rc == pytest.ExitCode.TESTS_FAILED, text[-4000:]
+    assert "FAIL: wrong result" in text, text[-4000:]
+    assert f"| backend {backend} |" in text  # the ranks really ran the broken backend
+    cases = list(CASE.finditer(text))
+    assert cases, text[-4000:]
+    for m in cases:
+        assert CLASS[backend](m), f"{backend} failed a case without its input class: {m.group(0)}"
+    if backend == "offsetspill":  # its views are right: only the sentinel around them can see the defect
+        assert "wrote outside the view" in text, text[-4000:]
+
+
+def test_gloo_bool_sum_bytes_is_a_registered_finding(runs: Runs) -> None:
+    rc, text = runs.result("gloo", 0)
+    assert rc == pytest.ExitCode.OK, text[-4000:]  # no unexplained failure
+    assert "known finding gloo-bool-sum-bytes" in text, text[-4000:]  # caught, and excused only by the finding
