@@ -6,6 +6,7 @@ installs simgpu gets only the `ranks` fixture's --simgpu-* options (simgpu.testi
 """
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,7 @@ class ConformanceSession:
         self.config = config
         self.backend: str = config.getoption("--backend")
         self.backend_module: str | None = config.getoption("--backend-module")
-        if self.backend_module and _runs_conformance(config):  # it may declare its table (backends.hold_to)
+        if self.backend_module:  # it may declare its table (backends.hold_to); imported once by check_backend
             importlib.import_module(self.backend_module)
         self.profile: Profile | None = profile_for(self.backend)
         self.effort = _effort(config)
