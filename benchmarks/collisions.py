@@ -21,6 +21,8 @@ import time
 import uuid
 from pathlib import Path
 
+from simgpu.reaper import with_env
+
 ROOT = Path(__file__).resolve().parent.parent
 MARK_VAR = "SIMGPU_BENCH_MARK"
 SIGNATURES = re.compile(r"Address already in use|EADDRINUSE|FileExistsError|\bcollision\b", re.IGNORECASE)
@@ -28,18 +30,7 @@ SUMMARY = re.compile(r"\d+ (passed|failed|error)")
 
 
 def marked_pids(mark: str) -> list[int]:
-    needle = f"{MARK_VAR}={mark}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
+    return with_env(MARK_VAR, mark)
 
 
 def main() -> int:

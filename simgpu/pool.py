@@ -146,7 +146,7 @@ class LocalProcess:
 
     def is_alive(self) -> bool:
         """Alive and not a zombie: the fork server reports an exit status moments after the exit itself."""
-        return self.process.is_alive() and not _is_zombie(self.process.pid)
+        return self.process.is_alive() and not is_zombie(self.process.pid)
 
     def join(self, timeout: float) -> None:
         self.process.join(timeout)
@@ -522,7 +522,7 @@ def _recv_or_none(conn: Connection) -> Any:
         return None
 
 
-def _is_zombie(pid: int) -> bool:
+def is_zombie(pid: int) -> bool:
     """True when `pid` has exited and awaits its parent's wait() (Linux /proc; elsewhere: never known)."""
     try:
         with open(f"/proc/{pid}/stat") as f:

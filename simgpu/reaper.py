@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+from simgpu.pool import is_zombie
+
 RUN_ID_ENV = "SIMGPU_RUN_ID"
 _PR_SET_CHILD_SUBREAPER = 36
 KILL_BOUND_S = 10.0  # how long kill_all keeps finding and killing before it names what is left
@@ -65,7 +67,12 @@ def descendants(pid: int) -> list[int]:
 
 def marked(run_id: str) -> list[int]:
     """Processes (of this user) whose environment carries SIMGPU_RUN_ID=run_id."""
-    needle = f"{RUN_ID_ENV}={run_id}".encode()
+    return with_env(RUN_ID_ENV, run_id)
+
+
+def with_env(name: str, value: str) -> list[int]:
+    """Processes (of this user, this one excepted) whose environment carries name=value."""
+    needle = f"{name}={value}".encode()
     found = []
     try:
         entries = os.listdir("/proc")
@@ -84,11 +91,8 @@ def marked(run_id: str) -> list[int]:
 
 
 def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
-        return True  # gone
+    """Gone, or exited and awaiting its parent's wait()."""
+    return not os.path.exists(f"/proc/{pid}") or is_zombie(pid)
 
 
 def _reap() -> None:
