@@ -2,7 +2,21 @@
 
 The rank pool (`simgpu.pool`) is the one process-pool implementation of the project; the
 strict "sim" torch.distributed backend (`simgpu.backend`) holds CPU ranks to NCCL's rules.
+
+Importing `simgpu` imports no torch: every Python process of a `simgpu run` loads simgpu's boot
+hook, and one that never imports torch (or has none) must pay nothing for it. The pool's names
+below load on first use.
 """
-from simgpu.pool import Binding, RankOutcome, RankPool, RankPoolError
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["Binding", "RankOutcome", "RankPool", "RankPoolError"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from simgpu import pool
+
+        return getattr(pool, name)
+    raise AttributeError(f"module 'simgpu' has no attribute {name!r}")

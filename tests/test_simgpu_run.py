@@ -105,6 +105,17 @@ def test_exit_status_and_missing_program() -> None:
     assert bad.returncode != 0 and "--gpus must be at least 1, got 0" in bad.stderr
 
 
+def test_a_process_that_never_imports_torch_does_not_load_it() -> None:
+    """Helper processes a program starts (tools, tokenizers, a Python without torch) pay nothing for
+    the simulation: the boot hook waits for the process's own `import torch`."""
+    probe = "import sys; print('torch' in sys.modules, 'simgpu.pool' in sys.modules)"
+    done = simgpu_run(2, sys.executable, "-c", probe)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False"]
+    with_torch = simgpu_run(2, sys.executable, "-c", "import torch; print(torch.cuda.device_count())")
+    assert with_torch.stdout.split() == ["2"], with_torch.stderr
+
+
 def test_a_process_whose_simulation_cannot_start_stops_in_one_line() -> None:
     """Never a program that runs on no GPU at all while it was launched on simulated ones."""
     from simgpu.launcher import BOOT_DIR

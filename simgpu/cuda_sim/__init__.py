@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from simgpu.cuda_sim.devices import GPUS_ENV, SimulationError
+from simgpu.cuda_sim.errors import GPUS_ENV, SimulationError
 from simgpu.torch_support import unsupported_reason
 
 __all__ = ["activate", "active", "SimulationError", "check_torch_version"]

@@ -7,7 +7,7 @@ import importlib.util
 import sys
 from typing import Any
 
-from simgpu.cuda_sim.devices import SimulationError
+from simgpu.cuda_sim.errors import SimulationError
 
 EXIT_NOT_SIMULATED = 3
 

@@ -17,8 +17,9 @@ from typing import Any
 
 import torch
 
+from simgpu.cuda_sim.errors import GPUS_ENV, SimulationError
+
 LABEL = "_simgpu_device"
-GPUS_ENV = "SIMGPU_GPUS"
 MEMORY_ENV = "SIMGPU_GPU_MEMORY_GB"
 DEFAULT_MEMORY_GB = 141  # an H200's HBM, reported by get_device_properties
 
@@ -26,10 +27,6 @@ DEFAULT_MEMORY_GB = 141  # an H200's HBM, reported by get_device_properties
 # What CUDA builds raise for a CUDA error: torch.AcceleratorError (a RuntimeError) where torch has it
 # (seen on torch 2.11 for an invalid device ordinal), RuntimeError before.
 CUDA_ERROR: type = getattr(torch, "AcceleratorError", RuntimeError)
-
-
-class SimulationError(RuntimeError):
-    """Something a CUDA program does that the simulator cannot do on CPU: one line says what."""
 
 
 @dataclass
