@@ -9,7 +9,14 @@ below load on first use.
 """
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
+
+if os.environ.get("SIMGPU_GPUS") and "torch" not in sys.modules:
+    # Under `simgpu run` the simulation starts when torch is imported, and it needs simgpu's modules:
+    # a program that imports simgpu first gets torch (and the simulation) before them.
+    import torch  # noqa: F401
 
 __all__ = ["Binding", "RankOutcome", "RankPool", "RankPoolError"]
 

@@ -1,16 +1,81 @@
 """Loaded by every Python process of a `simgpu run`: simulate GPUs once torch is imported.
 
-Nothing is imported eagerly (a process that never imports torch pays nothing). Any other
+Nothing is imported eagerly, not even the simgpu package: a process that never imports torch (a
+tool the program starts, a Python without torch) pays nothing and sees nothing. The moment the
+process imports torch, the simulation starts (simgpu.cuda_sim.activate), or the process stops with
+one line and exit status 3: a program launched on simulated GPUs never runs on none. Any other
 sitecustomize on the path still runs, after this one.
 """
+import importlib.abc
+import importlib.util
 import os
 import sys
 
+EXIT_NOT_SIMULATED = 3
 
-def _chain_next_sitecustomize() -> None:
+
+class _ActivateAfterTorch(importlib.abc.MetaPathFinder):
+    """Finds torch as usual, and activates the simulation right after torch's module has run."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None:
+            return spec
+        run_torch = spec.loader.exec_module
+
+        def exec_module(module):
+            run_torch(module)
+            activate_or_exit()
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def activate_or_exit():
+    """Simulate GPUs in this process, or stop it with one line."""
+    try:
+        import simgpu.cuda_sim
+
+        simgpu.cuda_sim.activate()
+    except Exception as exc:  # noqa: BLE001 - any failure to simulate ends the process
+        import torch
+
+        message = str(exc) if _is_simulation_error(exc) else \
+            f"simgpu: the GPU simulation could not start on torch {torch.__version__}: {type(exc).__name__}: {exc}"
+        sys.stderr.write(f"simgpu run: {message}\n")
+        sys.stderr.flush()
+        os._exit(EXIT_NOT_SIMULATED)
+
+
+def _is_simulation_error(exc):
+    errors = sys.modules.get("simgpu.cuda_sim.errors")
+    return errors is not None and isinstance(exc, errors.SimulationError)
+
+
+def _one_line_for_simulation_errors(original):
+    def excepthook(exc_type, exc, tb):
+        if _is_simulation_error(exc):
+            sys.stderr.write(f"simgpu run: {exc}\n")
+            sys.stderr.flush()
+            return
+        original(exc_type, exc, tb)
+
+    return excepthook
+
+
+def _install_import_hook():
+    if "torch" in sys.modules:
+        activate_or_exit()
+    elif not any(isinstance(f, _ActivateAfterTorch) for f in sys.meta_path):
+        sys.meta_path.insert(0, _ActivateAfterTorch())
+    sys.excepthook = _one_line_for_simulation_errors(sys.excepthook)
+
+
+def _chain_next_sitecustomize():
     here = os.path.dirname(os.path.abspath(__file__))
-    import importlib.util
-
     for entry in sys.path:
         if not entry or os.path.abspath(entry) == here:
             continue
@@ -23,7 +88,5 @@ def _chain_next_sitecustomize() -> None:
 
 
 if os.environ.get("SIMGPU_GPUS"):
-    from simgpu.cuda_sim.boot import install_import_hook
-
-    install_import_hook()
+    _install_import_hook()
 _chain_next_sitecustomize()
