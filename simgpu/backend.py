@@ -55,6 +55,7 @@ from simgpu import nccl_rules as rules
 from simgpu.cuda_sim.tensors import suspended
 from simgpu.p2p_check import P2PChecker
 from simgpu.p2p_pairs import PairRendezvous
+from simgpu.issue_order import Issuer
 from simgpu.strict import Call, StrictChecker
 
 BACKEND_NAME = "sim"
@@ -204,6 +205,7 @@ def _collective(op: str) -> Callable:
         @functools.wraps(method)
         def call(self: "SimProcessGroup", *args: Any, **kwargs: Any) -> Any:
             self._local.checked = False
+            self._local.ticket = None
             try:
                 faults.before_collective(self, op, args)  # injected faults (simgpu.faults); a no-op unless armed
                 with suspended():  # the simulator's own tensors are plumbing, not simulated-GPU code
@@ -232,7 +234,8 @@ class SimProcessGroup(dist.ProcessGroup):
         self._pairs = PairRendezvous(store, rank, label=self._label, global_rank=self._global_rank,
                                      signer=self._strict)
         self._p2p = P2PChecker(self._strict, label=self._label, global_rank=self._global_rank)
-        self._local = threading.local()  # .checked: the current call has passed the strict check
+        self._local = threading.local()  # .checked, .ticket: the current call has posted its strict check
+        self._issuer = Issuer(self._strict.settle, name=f"simgpu-issue-{rank}", guard=suspended)
         self._loopback: collections.deque = collections.deque()  # messages this rank sent to itself, in order
         # the device types the group serves, as torch asks them (_device_types, object collectives, DCP,
         # DTensor): an NCCL group's are ("cuda",); default: the host, and simulated GPUs where there are some
@@ -309,8 +312,15 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def _check(self, op: str, text: str, agree: dict | None = None,
                send: list | None = None, recv: list | None = None) -> None:
+        """Post this call to the strict check; its gloo operation starts once every rank's agrees (_launch)."""
         self._local.checked = True
-        self._strict.check(Call(op, text, agree or {}, send, recv))
+        self._local.ticket = self._strict.post(Call(op, text, agree or {}, send, recv))
+
+    def _launch(self, start: Callable[[], dist.Work]) -> Any:
+        """Start this call's gloo operation once its strict check has passed, in the group's issue
+        order (simgpu.issue_order): a handle for SimWork, returned before the other ranks arrive."""
+        ticket, self._local.ticket = getattr(self._local, "ticket", None), None
+        return self._issuer.submit(ticket, start)
 
     def _single(self, tensors: Sequence[Tensor], op: str, unconvertible: bool = False) -> tuple[Tensor, str]:
         """The one tensor of a single-tensor collective, held to NCCL's layout and dtype rules.
@@ -346,7 +356,7 @@ class SimProcessGroup(dist.ProcessGroup):
                     {"dtype": _dt(t), "numel": t.numel(), "op": op})
         raw = _raw(t)
         buf, aliased = plan.to_wire(raw, "inplace")
-        work = self._gloo.allreduce([buf], _opts(AllreduceOptions, reduceOp=plan.gloo_op))
+        work = self._launch(lambda: self._gloo.allreduce([buf], _opts(AllreduceOptions, reduceOp=plan.gloo_op)))
         return SimWork(work, [t], lambda: plan.from_wire(buf, raw, aliased))
 
     @_collective("all_reduce_coalesced")
@@ -368,7 +378,7 @@ class SimProcessGroup(dist.ProcessGroup):
                     {"dtype": _dt(tensors[0]), "numels": [t.numel() for t in tensors], "op": op})
         raws = [_raw(t) for t in tensors]
         buf = torch.cat([plan.to_wire(r, "private")[0] for r in raws])
-        work = self._gloo.allreduce([buf], _opts(AllreduceOptions, reduceOp=plan.gloo_op))
+        work = self._launch(lambda: self._gloo.allreduce([buf], _opts(AllreduceOptions, reduceOp=plan.gloo_op)))
 
         def finish() -> None:
             for raw, part in zip(raws, buf.split([plan.wire_numel(r.numel()) for r in raws])):
@@ -389,7 +399,8 @@ class SimProcessGroup(dist.ProcessGroup):
         is_root = self.rank() == root
         # NCCL leaves non-root tensors alone; gloo writes partial results into them: give it a copy.
         buf, aliased = plan.to_wire(raw, "inplace" if is_root else "private")
-        work = self._gloo.reduce([buf], _opts(ReduceOptions, reduceOp=plan.gloo_op, rootRank=root))
+        reduce_opts = _opts(ReduceOptions, reduceOp=plan.gloo_op, rootRank=root)
+        work = self._launch(lambda: self._gloo.reduce([buf], reduce_opts))
         return SimWork(work, [t], (lambda: plan.from_wire(buf, raw, aliased)) if is_root else None)
 
     @_collective("reduce_scatter")
@@ -479,20 +490,28 @@ class SimProcessGroup(dist.ProcessGroup):
         out.copy_(src.reshape(out.shape))
         return SimWork(None, [out])
 
-    def _gloo_reduce_scatter(self, out: Tensor, inp: Tensor, gloo_op: Any) -> tuple[dist.Work, Callable[[], None]]:
+    def _gloo_reduce_scatter(self, out: Tensor, inp: Tensor, gloo_op: Any) -> tuple[Any, Callable[[], None]]:
         """gloo's _reduce_scatter_base of `inp` (n equal slices) into `out`, with the reduce op honoured.
 
-        Returns the work and a step to run after it. gloo in torch 2.6.0 sums whatever the op (MIN of
-        [0,1] and [1,2] on 2 ranks gave [1] and [3]); torch 2.9.1 and later honour it. Where the probe
-        below finds the op ignored, a non-SUM op runs as an allreduce of the whole input and this rank
-        keeps its slice; elsewhere the gloo call is the same as before.
+        Returns the launched work and a step to run after it. gloo in torch 2.6.0 sums whatever the op
+        (MIN of [0,1] and [1,2] on 2 ranks gave [1] and [3]); torch 2.9.1 and later honour it. Where the
+        probe below finds the op ignored, a non-SUM op runs as an allreduce of the whole input and this
+        rank keeps its slice; elsewhere the gloo call is the same as before. The probe is a collective
+        too, so it runs where the call starts, in the group's issue order.
         """
-        if gloo_op == rules.RedOpType.SUM or self.size() == 1 or self._gloo_reduce_scatter_honours_op():
-            return self._gloo._reduce_scatter_base(out, inp, _opts(ReduceScatterOptions, reduceOp=gloo_op)), _nothing
-        full = inp.clone()
-        n, r = out.numel(), self.rank()
-        work = self._gloo.allreduce([full], _opts(AllreduceOptions, reduceOp=gloo_op))
-        return work, lambda: out.copy_(full[r * n:(r + 1) * n])
+        whole: list[Tensor] = []  # the whole input, reduced, when the op runs as an allreduce
+
+        def start() -> dist.Work:
+            if gloo_op == rules.RedOpType.SUM or self.size() == 1 or self._gloo_reduce_scatter_honours_op():
+                return self._gloo._reduce_scatter_base(out, inp, _opts(ReduceScatterOptions, reduceOp=gloo_op))
+            whole.append(inp.clone())
+            return self._gloo.allreduce(whole, _opts(AllreduceOptions, reduceOp=gloo_op))
+
+        def after() -> None:
+            if whole:
+                n, r = out.numel(), self.rank()
+                out.copy_(whole[0][r * n:(r + 1) * n])
+        return self._launch(start), after
 
     def _gloo_reduce_scatter_honours_op(self) -> bool:
         """Whether gloo's _reduce_scatter_base applies MIN (feature probe, once per group).
@@ -523,7 +542,8 @@ class SimProcessGroup(dist.ProcessGroup):
         root = self._root(opts.rootRank, "broadcast")
         self._check("broadcast", f"broadcast({rules.describe(t)}, src={root})",
                     {"dtype": _dt(t), "numel": t.numel(), "src": root})
-        return SimWork(self._gloo.broadcast([_raw_bytes(t)], _opts(BroadcastOptions, rootRank=root)), [t])
+        broadcast_opts = _opts(BroadcastOptions, rootRank=root)
+        return SimWork(self._launch(lambda: self._gloo.broadcast([_raw_bytes(t)], broadcast_opts)), [t])
 
     @_collective("all_gather")
     def allgather(self, output_lists: list[list[Tensor]], inputs: list[Tensor],
@@ -547,7 +567,7 @@ class SimProcessGroup(dist.ProcessGroup):
         if nbytes[self.rank()] != width:
             src = torch.zeros(width, dtype=torch.uint8)
             src[: nbytes[self.rank()]].copy_(_raw_bytes(t))
-        work = self._gloo.allgather([slots], [src], AllgatherOptions())
+        work = self._launch(lambda: self._gloo.allgather([slots], [src], AllgatherOptions()))
 
         def finish() -> None:
             for o, slot, b, mine in zip(outs, slots, nbytes, own):
@@ -573,7 +593,8 @@ class SimProcessGroup(dist.ProcessGroup):
                     f"all_gather_into_tensor({rules.describe(output)} <- {rules.describe(input)})",
                     {"dtype": _dt(input), "numel": input.numel()})
         # NCCL checks numel only, so a stacked (n, ...) output works: gather into flat byte views.
-        work = self._gloo._allgather_base(_raw_bytes(output), _raw_bytes(input), AllgatherOptions())
+        out_bytes, in_bytes = _raw_bytes(output), _raw_bytes(input)
+        work = self._launch(lambda: self._gloo._allgather_base(out_bytes, in_bytes, AllgatherOptions()))
         return SimWork(work, [output])
 
     _allgather_base = all_gather_single
@@ -593,7 +614,8 @@ class SimProcessGroup(dist.ProcessGroup):
     def gather(self, output_lists: list[list[Tensor]], inputs: list[Tensor],
                opts: GatherOptions = GatherOptions()) -> SimWork:
         t, root, outs = self._checked_rooted_list("gather", inputs, output_lists, opts.rootRank)
-        work = self._gloo.gather(_byte_lists(outs), [_raw_bytes(t)], _opts(GatherOptions, rootRank=root))
+        slots, gather_opts = _byte_lists(outs), _opts(GatherOptions, rootRank=root)
+        work = self._launch(lambda: self._gloo.gather(slots, [_raw_bytes(t)], gather_opts))
         return SimWork(work, outs)
 
     @_collective("scatter")
@@ -603,7 +625,8 @@ class SimProcessGroup(dist.ProcessGroup):
         if self.size() == 1:  # [nccl-run] a local copy: any layout, any dtype
             t.copy_(ins[0])
             return SimWork(None, [t])
-        work = self._gloo.scatter([_raw_bytes(t)], _byte_lists(ins), _opts(ScatterOptions, rootRank=root))
+        slots, scatter_opts = _byte_lists(ins), _opts(ScatterOptions, rootRank=root)
+        work = self._launch(lambda: self._gloo.scatter([_raw_bytes(t)], slots, scatter_opts))
         return SimWork(work, [t])
 
     def _checked_rooted_list(self, op: str, tensors: list[Tensor], lists: list[list[Tensor]],
@@ -676,7 +699,8 @@ class SimProcessGroup(dist.ProcessGroup):
         out_bytes = [o.numel() * o.element_size() for o in outputs]
         flat_in = torch.cat([_raw_bytes(x.contiguous()) for x in inputs])
         flat_out = torch.empty(sum(out_bytes), dtype=torch.uint8)
-        work = self._gloo.alltoall_base(flat_out, flat_in, out_bytes, in_bytes, AllToAllOptions())
+        work = self._launch(lambda: self._gloo.alltoall_base(flat_out, flat_in, out_bytes, in_bytes,
+                                                             AllToAllOptions()))
 
         def finish() -> None:
             for o, part in zip(outputs, flat_out.split(out_bytes)):
@@ -699,10 +723,10 @@ class SimProcessGroup(dist.ProcessGroup):
         recv = [s * out_row for s in out_splits]
         self._check("all_to_all_single", f"all_to_all_single({_dt(input)}, send {send}, recv {recv})",
                     {"dtype": _dt(input)}, send=send, recv=recv)
-        work = self._gloo.alltoall_base(_raw_bytes(output), _raw_bytes(input),
+        work = self._launch(lambda: self._gloo.alltoall_base(_raw_bytes(output), _raw_bytes(input),
                                         [s * out_row * output.element_size() for s in out_splits],
                                         [s * in_row * input.element_size() for s in in_splits],
-                                        AllToAllOptions())
+                                        AllToAllOptions()))
         return SimWork(work, [output])
 
     alltoall_base = all_to_all_single
@@ -799,7 +823,7 @@ class SimProcessGroup(dist.ProcessGroup):
     @_collective("barrier")
     def barrier(self, opts: BarrierOptions = BarrierOptions()) -> SimWork:
         self._check("barrier", "barrier()")
-        return SimWork(self._gloo.barrier(opts), [])
+        return SimWork(self._launch(lambda: self._gloo.barrier(opts)), [])
 
     def _start_coalescing(self, device: Any = None) -> None:
         """NCCL batches the ops up to _end_coalescing; running them as they come gives the same results
@@ -812,9 +836,11 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def shutdown(self) -> None:
         comm_log.flush()
+        self._issuer.stop()
         self._gloo.shutdown()
 
     def abort(self) -> None:
+        self._issuer.stop()
         self._gloo.abort()
 
 

@@ -2,11 +2,13 @@
 
 Before each collective, every rank of the group posts a small JSON descriptor of its call (op,
 sequence number, root, reduce op, counts and dtypes, split sizes, and the user's call site) to the
-group's store under (seq, rank), waits a bounded time for the other ranks' descriptors, reads them
-all with one multi_get, and compares what NCCL needs to agree. Cost: one set, one wait, one
-multi_get (and one delete: of this rank's previous descriptor) per collective. A rank deletes its
-own older descriptors once every rank has posted seq n: every rank reads a check's descriptors
-before posting its next one, so by then nobody needs them.
+group's store under (seq, rank) and returns (`post`); the check is settled (`settle`) on the group's
+issuer thread (simgpu.issue_order), which waits a bounded time for the other ranks' descriptors,
+reads them all with one multi_get, compares what NCCL needs to agree, and only then starts the
+collective: issuing a call never waits for the other ranks, as on NCCL. Cost per collective: one
+set, one wait, one multi_get and one delete. A rank has at most MAX_UNSETTLED calls posted and not
+yet settled, so a rank that posted call m has read every check up to m - MAX_UNSETTLED, and its
+descriptors that old are deleted (`_forget_through`).
 
 A rank whose call fails NCCL's local argument checks (dtype, layout, sizes) still posts a
 descriptor, marked refused, without waiting: it raises its own NCCL error at once, and the ranks
@@ -57,6 +59,7 @@ from simgpu.settings import GROUP_SECRET_ENV
 DEFAULT_TIMEOUT = 30.0
 SECRET_ENV = GROUP_SECRET_ENV  # set by RankPool and `simgpu run` for every rank: records are signed with it
 _KEY_PREFIX = "simgpu/strict"
+MAX_UNSETTLED = 8  # posted calls of a rank whose check has not been settled yet (see StrictChecker.post)
 _MAX_PAIR_LINES = 8
 _timeout_override: float | None = None
 _SKIP_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch,))
@@ -159,6 +162,14 @@ class Call:
     site: str = ""
 
 
+@dataclass
+class Ticket:
+    """A posted call whose check is still to be settled: this rank's descriptor and the group's keys."""
+
+    mine: dict
+    keys: list[str]
+
+
 class StrictChecker:
     """Per-group sequence of strict checks over the group's (already prefixed) store."""
 
@@ -173,41 +184,62 @@ class StrictChecker:
         self._secret = secret.encode() if secret else None
         self.default_timeout = default_timeout
         self.store = store
-        self._channel_store: dist.Store | None = None  # see _io()
+        self._channel_store: dist.Store | None = None  # see _connect()
+        self._post_store: dist.Store | None = None
         self._channel_client: Any = None
+        self._connect_lock = threading.Lock()
         self.rank = rank
         self.size = size
         self.seq = 0
         self._label = label
         self._broken: str | None = None
         self._lock = threading.Lock()  # one sequence per group even if several threads issue calls
+        self._progress = threading.Condition()  # guards _unsettled: posted calls whose check is not settled
+        self._unsettled = 0
         self._own: list[int] = []  # sequence numbers of this rank's descriptors still in the store
 
     def _key(self, seq: int, rank: int) -> str:
         return f"{_KEY_PREFIX}/{seq}/{rank}"
 
     def _io(self) -> dist.Store:
-        """Where descriptors live: a connection of this group's own to the TCPStore server when the
-        group's store is one, else the group's store.
-
-        Its own connection has the strict deadline as its timeout, so one multi_get both waits for the
-        group's descriptors and reads them (a check is then set + multi_get, two round trips fewer
-        than set + wait + multi_get), and the group's other users of the store never queue behind a
-        check. Its keys live under a name the group's ranks agree on through the group's store.
-        """
+        """Where this group's checks wait for and read descriptors (the thread that settles checks)."""
         if self._channel_store is None:
-            self._channel_store = self.store
+            self._connect()
+        return self._channel_store
+
+    def _post_io(self) -> dist.Store:
+        """Where this rank posts its descriptors (the threads that issue calls)."""
+        if self._post_store is None:
+            self._connect()
+        return self._post_store
+
+    def _connect(self) -> None:
+        """Two connections of this group's own to the TCPStore server when the group's store is one
+        (else the group's store serves both): one to post on, one to wait on.
+
+        The waiting one has the strict deadline as its timeout, so one multi_get both waits for the
+        group's descriptors and reads them (a check is then set + multi_get, two round trips fewer
+        than set + wait + multi_get); a call can post while an earlier check still waits (a TCPStore
+        connection serves one request at a time), and the group's other users of the store never queue
+        behind a check. Their keys live under a name the group's ranks agree on through the group's store.
+        """
+        with self._connect_lock:
+            if self._channel_store is not None:
+                return
+            waiting, posting = self.store, self.store
             tcp = _tcp_store_under(self.store)
             if tcp is not None:
                 try:
-                    client = dist.TCPStore(tcp.host, tcp.port, is_master=False, wait_for_workers=False,
-                                           timeout=timedelta(seconds=get_timeout(self.default_timeout)))
-                    name = self.store.compare_set(f"{_KEY_PREFIX}/channel", "", secrets.token_hex(8))
-                    self._channel_store = dist.PrefixStore(f"{_KEY_PREFIX}/{name.decode()}", client)
-                    self._channel_client = client
-                except (RuntimeError, ValueError):  # no second connection here: the group's store serves
-                    self._channel_store = self.store
-        return self._channel_store
+                    timeout = timedelta(seconds=get_timeout(self.default_timeout))
+                    clients = [dist.TCPStore(tcp.host, tcp.port, is_master=False, wait_for_workers=False,
+                                             timeout=timeout) for _ in range(2)]
+                    name = self.store.compare_set(f"{_KEY_PREFIX}/channel", "", secrets.token_hex(8)).decode()
+                    waiting, posting = (dist.PrefixStore(f"{_KEY_PREFIX}/{name}", c) for c in clients)
+                    self._channel_client = clients[0]
+                except (RuntimeError, ValueError):  # no more connections here: the group's store serves
+                    waiting, posting = self.store, self.store
+            self._post_store = posting
+            self._channel_store = waiting
 
     def _gather(self, keys: list[str], timeout: float) -> list[bytes]:
         """Every rank's descriptor under keys, waiting up to `timeout` seconds for them to be posted."""
@@ -223,19 +255,44 @@ class StrictChecker:
 
         Returns every rank's descriptor (rank order), or None when checking is off.
         """
-        with self._lock:
-            return self._check(call)
+        ticket = self.post(call)
+        return None if ticket is None else self.settle(ticket)
 
-    def _check(self, call: Call) -> list[dict] | None:
+    def post(self, call: Call) -> Ticket | None:
+        """Post this rank's call and return (None: nothing to check: one rank, or checking off).
+
+        Tickets must be settled one at a time, in the order they were posted (simgpu.issue_order).
+        At most MAX_UNSETTLED of them wait to be settled: a call beyond that waits here for the
+        oldest, which bounds how far a rank runs ahead and tells when descriptors may go (_forget).
+        """
+        with self._progress:
+            while self._unsettled >= MAX_UNSETTLED:
+                self._progress.wait()
+            with self._lock:
+                if self._broken is not None:
+                    raise CollectiveTimeout(self._broken)
+                if self.size == 1 or not enabled():
+                    return None
+                mine = self._post(call)
+            self._unsettled += 1
+        return Ticket(mine, [self._key(mine["seq"], r) for r in range(self.size)])
+
+    def settle(self, ticket: Ticket) -> list[dict]:
+        """Wait for the group's descriptors of a posted call and raise on any disagreement."""
+        try:
+            return self._settle(ticket)
+        finally:
+            with self._progress:
+                self._unsettled -= 1
+                self._progress.notify_all()
+
+    def _settle(self, ticket: Ticket) -> list[dict]:
         if self._broken is not None:
             raise CollectiveTimeout(self._broken)
-        if self.size == 1 or not enabled():
-            return None
-        mine = self._post(call)
+        mine, keys = ticket.mine, ticket.keys
         seq = mine["seq"]
-        keys = [self._key(seq, r) for r in range(self.size)]
         timeout = get_timeout(self.default_timeout)
-        self._forget_before(seq - 1)  # while the others arrive; see _forget_before
+        self._forget_through(seq - 1 - MAX_UNSETTLED)  # while the others arrive; see _forget_through
         try:
             values = self._gather(keys, timeout)
         except dist.DistStoreError:
@@ -275,20 +332,23 @@ class StrictChecker:
         mine = {"op": call.op, "seq": self.seq, "rank": self.rank, "site": call.site, "text": call.text,
                 "agree": call.agree, "send": call.send, "recv": call.recv, **extra}
         key = self._key(self.seq, self.rank)
-        self._io().set(key, self.seal(key, _dumps(mine)))
+        self._post_io().set(key, self.seal(key, _dumps(mine)))
         self._own.append(self.seq)
         return mine
 
-    def _forget_before(self, seq: int) -> None:
-        """Delete this rank's descriptors older than seq, once every rank has posted seq.
+    def _forget_through(self, seq: int) -> None:
+        """Delete this rank's descriptors up to seq, once every rank has settled it.
 
-        Every rank reads the descriptors of a check before it posts its next one, so once all have
-        posted seq, all readers of the older ones are done (refusing ranks read nothing). A check of
-        seq n knows that of n - 1 from the check before, so it deletes what is older than n - 1 right
-        after posting, while it waits for the others anyway.
+        A rank posts call m only when at most MAX_UNSETTLED - 1 of its earlier calls are unsettled
+        (post), and settles in order, so a rank that has posted m has settled (read) every check up to
+        m - MAX_UNSETTLED. A settle of n knows from the settle before that every rank posted n - 1, so
+        it deletes up to n - 1 - MAX_UNSETTLED, while it waits for the others anyway.
         """
-        while self._own and self._own[0] < seq:
-            self._io().delete_key(self._key(self._own.pop(0), self.rank))
+        with self._lock:  # _post appends from the issuing threads
+            old = [s for s in self._own if s <= seq]
+            self._own = [s for s in self._own if s > seq]
+        for s in old:
+            self._io().delete_key(self._key(s, self.rank))
 
     def _timed_out(self, mine: dict, timeout: float) -> None:
         """Diagnose who is missing, leave a tombstone for late ranks, refuse further collectives.

@@ -16,7 +16,8 @@ PACKAGES = ("simgpu", "realgpu", "conformance", "benchmarks")
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("facts and devices", ("simgpu.collective_facts", "realgpu", "realgpu.leases", "realgpu.environment",
                            "simgpu.torch_support")),
-    ("simulator", ("simgpu.settings", "simgpu.nccl_rules", "simgpu.strict", "simgpu.faults", "simgpu.p2p_pairs",
+    ("simulator", ("simgpu.settings", "simgpu.nccl_rules", "simgpu.strict", "simgpu.issue_order", "simgpu.faults",
+                   "simgpu.p2p_pairs",
                    "simgpu.p2p_check", "simgpu.backend", "simgpu.comm_log", "simgpu.cost_model", "simgpu.cuda_sim",
                    "simgpu.cuda_sim.*")),
     ("ranks", ("simgpu", "simgpu.protocol", "simgpu.pool", "simgpu.rank", "simgpu.outcomes", "simgpu.attach",

@@ -1,0 +1,154 @@
+"""A group's collectives start on gloo in the order they were issued, each once its strict check passed,
+on a thread of the group's own, so that issuing a collective does not wait for the other ranks.
+
+On NCCL, `dist.all_gather_into_tensor(..., async_op=True)` returns at once and the program computes
+while the collective waits for its peers; FSDP's prefetching, DDP's bucketed all-reduces and tensor
+parallel overlap rest on that. The strict check must see every rank's call before the data moves
+(a mismatched call would hang gloo or mix up buffers), and it waits for the slowest rank. Done at the
+call, that wait turned every asynchronous collective into a barrier at its issue point (FSDP2 on 4
+ranks: 1.90x a plain CPU run, against 1.34x with the check off). Here the call posts its descriptor
+and returns a handle; the group's issuer thread waits for the other ranks' descriptors, compares
+them, and only then starts the gloo operation, one call after another in issue order (gloo pairs a
+group's collectives by the order they are started). A disagreement is raised by the handle's wait(),
+which a synchronous call runs before it returns: a mismatched `dist.all_reduce(t)` still fails in
+the call, and an asynchronous one where the program waits for it, as NCCL's would hang there.
+"""
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from datetime import timedelta
+from typing import Any, Callable, ContextManager
+
+import torch
+import torch.distributed as dist
+
+Start = Callable[[], dist.Work]
+_STOP = object()
+
+
+class Deferred:
+    """The handle of a collective whose gloo operation starts once its check has passed.
+
+    It answers what SimWork asks of a gloo Work (wait, is_completed, get_future, _source_rank); the
+    check's error, if any, is raised by each of them that needs the operation.
+    """
+
+    def __init__(self) -> None:
+        self._settled = threading.Event()
+        self._lock = threading.Lock()
+        self._inner: dist.Work | None = None
+        self._error: BaseException | None = None
+        self._on_settled: list[Callable[[], None]] = []
+
+    def _settle(self, inner: dist.Work | None, error: BaseException | None) -> None:
+        with self._lock:
+            self._inner, self._error = inner, error
+            callbacks, self._on_settled = self._on_settled, []
+            self._settled.set()
+        for callback in callbacks:
+            callback()
+
+    def _work(self) -> dist.Work:
+        """The started gloo operation, once the check has passed (its error raised otherwise)."""
+        self._settled.wait()  # bounded: the check waits at most the strict deadline
+        if self._error is not None:
+            raise self._error
+        assert self._inner is not None
+        return self._inner
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        work = self._work()
+        return work.wait() if timeout is None else work.wait(timeout)
+
+    def is_completed(self) -> bool:
+        if not self._settled.is_set():
+            return False
+        return self._error is not None or self._work().is_completed()
+
+    def _source_rank(self) -> int:
+        return self._work()._source_rank()
+
+    def get_future(self) -> torch.futures.Future:
+        """A future that completes with the gloo operation's (or fails with the check's error)."""
+        future: torch.futures.Future = torch.futures.Future()
+
+        def chain() -> None:
+            if self._error is not None:
+                future.set_exception(self._error)
+                return
+            assert self._inner is not None
+
+            def forward(done: torch.futures.Future) -> None:
+                try:
+                    future.set_result(done.value())
+                except Exception as exc:  # noqa: BLE001 - handed to the future's waiter
+                    future.set_exception(exc)
+            self._inner.get_future().add_done_callback(forward)
+
+        with self._lock:
+            if not self._settled.is_set():
+                self._on_settled.append(chain)
+                return future
+        chain()
+        return future
+
+
+class Issuer:
+    """Starts a group's collectives in issue order, each after its strict check (see the module docstring).
+
+    settle(ticket) waits for the group's descriptors of one call and raises on any disagreement;
+    guard() is entered around each start (the simulation's own tensors are plumbing there).
+    """
+
+    def __init__(self, settle: Callable[[Any], Any], name: str,
+                 guard: Callable[[], ContextManager[Any]] = contextlib.nullcontext) -> None:
+        self._settle = settle
+        self._guard = guard
+        self._name = name
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._pending = 0
+        self._thread: threading.Thread | None = None
+
+    def submit(self, ticket: Any, start: Start) -> dist.Work | Deferred:
+        """Start now when there is nothing to check and nothing queued; else queue it behind the others."""
+        with self._lock:
+            if ticket is None and self._pending == 0:
+                queued = None
+            else:
+                queued = Deferred()
+                self._pending += 1
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                    self._thread.start()
+                self._queue.put((ticket, start, queued))
+        if queued is None:
+            return start()
+        return queued
+
+    def stop(self) -> None:
+        """End the thread once what is queued has started (the group is being shut down)."""
+        with self._lock:
+            if self._thread is not None:
+                self._queue.put(_STOP)
+                self._thread = None
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            ticket, start, handle = item
+            inner, error = None, None
+            try:
+                if ticket is not None:
+                    self._settle(ticket)
+                with self._guard():
+                    inner = start()
+            except BaseException as exc:  # noqa: BLE001 - raised by the handle's wait()
+                error = exc
+            with self._lock:
+                self._pending -= 1
+            handle._settle(inner, error)
