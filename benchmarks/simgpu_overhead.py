@@ -35,6 +35,8 @@ def run_once(wrap: str, ranks: int, simulated: bool, model: list[str], strict: b
     else:
         cmd = [*_torchrun(ranks), *program, "--device", "cpu", "--backend", "gloo"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", **({} if strict else {"SIMGPU_STRICT": "0"})}
+    if not simulated:  # plain CPU processes: on a machine with GPUs, torch must not pick them (FSDP2's mesh)
+        env["CUDA_VISIBLE_DEVICES"] = ""
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:

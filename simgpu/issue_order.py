@@ -15,9 +15,12 @@ the call, and an asynchronous one where the program waits for it, as NCCL's woul
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import queue
 import threading
+import time
+import weakref
 from datetime import timedelta
 from typing import Any, Callable, ContextManager
 
@@ -26,6 +29,8 @@ import torch.distributed as dist
 
 Start = Callable[[], dist.Work]
 _STOP = object()
+_EXIT_WAIT = 5.0  # seconds an issuer may take to finish at interpreter exit
+_LIVE: "weakref.WeakSet[Issuer]" = weakref.WeakSet()
 
 
 class Deferred:
@@ -111,6 +116,7 @@ class Issuer:
         self._lock = threading.Lock()
         self._pending = 0
         self._thread: threading.Thread | None = None
+        self._started: "weakref.WeakSet[Deferred]" = weakref.WeakSet()  # handles whose gloo op may still run
 
     def submit(self, ticket: Any, start: Start) -> dist.Work | Deferred:
         """Start now when there is nothing to check and nothing queued; else queue it behind the others."""
@@ -123,17 +129,35 @@ class Issuer:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                     self._thread.start()
+                    _LIVE.add(self)
                 self._queue.put((ticket, start, queued))
         if queued is None:
             return start()
         return queued
 
-    def stop(self) -> None:
-        """End the thread once what is queued has started (the group is being shut down)."""
+    def stop(self, wait: float = 0.0) -> None:
+        """End the thread once what is queued has started (the group is shut down, or the process exits),
+        waiting up to `wait` seconds for it."""
         with self._lock:
-            if self._thread is not None:
+            thread, self._thread = self._thread, None
+            if thread is not None:
                 self._queue.put(_STOP)
-                self._thread = None
+        if thread is not None and wait > 0:
+            thread.join(wait)
+
+    def finish(self, wait: float) -> None:
+        """Start what is queued and wait up to `wait` seconds for the gloo operations started here to end:
+        a program that exits without waiting for its last collectives still takes part in them, as its
+        NCCL kernels would run to the end, and no gloo operation is in flight when the process goes."""
+        deadline = time.monotonic() + wait
+        self.stop(wait)
+        for handle in list(self._started):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            with contextlib.suppress(Exception):  # its error belongs to the program, which did not ask
+                if handle._settled.is_set() and handle._inner is not None and not handle._inner.is_completed():
+                    handle._inner.wait(timedelta(seconds=left))
 
     def _run(self) -> None:
         while True:
@@ -151,4 +175,16 @@ class Issuer:
                 error = exc
             with self._lock:
                 self._pending -= 1
+            if inner is not None:
+                self._started.add(handle)
             handle._settle(inner, error)
+
+
+@atexit.register
+def _stop_all() -> None:
+    """Let every issuer finish before the interpreter shuts down: its queued collectives started and its
+    gloo operations ended (see Issuer.finish). A daemon thread inside a C++ call when Python finalizes
+    is unwound by force, which C++ turns into std::terminate (SIGABRT), and a gloo operation still in
+    flight then aborts the process the same way."""
+    for issuer in list(_LIVE):
+        issuer.finish(wait=_EXIT_WAIT)
