@@ -66,8 +66,18 @@ __all__ = ["BACKEND_NAME", "SimProcessGroup", "SimWork", "create_sim_process_gro
 # ----------------------------------------------------------------------------- work handles
 # torch 2.4's C++ side keeps a Python Work's C++ half alive but not its Python object: once that is
 # collected, a C++ caller's wait() (DDP's parameter check) finds no Python override and waits forever
-# on the base class. The most recent works are kept alive here (bounded).
-_RECENT_WORKS: collections.deque = collections.deque(maxlen=4096)
+# on the base class. So a work is kept alive here until it completes (its wait ran), the oldest
+# pending ones let go past a bound. Completed works are not kept: each holds its collective's
+# tensors, and FSDP2's all-gather and reduce-scatter buffers held for thousands of calls grew a
+# rank's memory by the model's size every step.
+_PENDING_WORKS: collections.OrderedDict = collections.OrderedDict()
+_PENDING_BOUND = 4096
+
+
+def _keep_pending(work: "SimWork") -> None:
+    _PENDING_WORKS[id(work)] = work
+    while len(_PENDING_WORKS) > _PENDING_BOUND:
+        _PENDING_WORKS.popitem(last=False)
 
 
 class SimWork(dist.Work):
@@ -82,7 +92,7 @@ class SimWork(dist.Work):
         self._done = False
         self._error: BaseException | None = None
         self._lock = threading.Lock()
-        _RECENT_WORKS.append(self)
+        _keep_pending(self)
 
     def _complete(self) -> None:
         with self._lock:
@@ -93,6 +103,8 @@ class SimWork(dist.Work):
                         self._finish()
                 except BaseException as exc:  # noqa: BLE001 - re-raised by every wait()
                     self._error = exc
+                self._finish = None  # its closure holds the collective's inputs and buffers
+                _PENDING_WORKS.pop(id(self), None)
         if self._error is not None:
             raise self._error
 

@@ -71,6 +71,13 @@ def test_ddp_features_under_torchrun() -> None:
     assert "OK ddp_features" in done.stdout
 
 
+def test_finished_collectives_hold_no_gpu_memory() -> None:
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    done = simgpu_run(2, torchrun, "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "collective_memory.py"))
+    assert done.returncode == 0, done.stdout + done.stderr[-5000:]
+    assert "OK collective_memory" in done.stdout
+
+
 def test_cuda_visible_devices_reorders_and_stops_at_a_bad_entry() -> None:
     done = simgpu_run(4, str(SCRIPTS / "visible_devices.py"), env={"CUDA_VISIBLE_DEVICES": "2,0,x,1"})
     assert done.returncode == 0, done.stdout + done.stderr
