@@ -64,20 +64,27 @@ __all__ = ["BACKEND_NAME", "SimProcessGroup", "SimWork", "create_sim_process_gro
 
 
 # ----------------------------------------------------------------------------- work handles
-# torch 2.4's C++ side keeps a Python Work's C++ half alive but not its Python object: once that is
-# collected, a C++ caller's wait() (DDP's parameter check) finds no Python override and waits forever
-# on the base class. So a work is kept alive here until it completes (its wait ran), the oldest
-# pending ones let go past a bound. Completed works are not kept: each holds its collective's
-# tensors, and FSDP2's all-gather and reduce-scatter buffers held for thousands of calls grew a
-# rank's memory by the model's size every step.
+# A Python Work handed to C++ (a process group's result in torch 2.4, the work DDP's reducer keeps
+# for Join, which it waits on and then asks for result()) is held there by its C++ half only: once
+# the Python object is collected, C++ finds no override, and wait() waits forever on the base class,
+# result() and getFuture() raise "not implemented". So a work is kept alive here until it completes,
+# and then among the few most recently completed (a C++ caller reads the result right after wait).
+# Not longer: each holds its collective's tensors, and keeping the 4096 most recent works kept
+# FSDP2's all-gather buffers of thousands of calls, growing a rank's memory by the model every step.
 _PENDING_WORKS: collections.OrderedDict = collections.OrderedDict()
 _PENDING_BOUND = 4096
+_RECENTLY_COMPLETED: collections.deque = collections.deque(maxlen=16)
 
 
 def _keep_pending(work: "SimWork") -> None:
     _PENDING_WORKS[id(work)] = work
     while len(_PENDING_WORKS) > _PENDING_BOUND:
         _PENDING_WORKS.popitem(last=False)
+
+
+def _keep_completed(work: "SimWork") -> None:
+    _RECENTLY_COMPLETED.append(work)
+    _PENDING_WORKS.pop(id(work), None)
 
 
 class SimWork(dist.Work):
@@ -104,7 +111,7 @@ class SimWork(dist.Work):
                 except BaseException as exc:  # noqa: BLE001 - re-raised by every wait()
                     self._error = exc
                 self._finish = None  # its closure holds the collective's inputs and buffers
-                _PENDING_WORKS.pop(id(self), None)
+                _keep_completed(self)
         if self._error is not None:
             raise self._error
 
