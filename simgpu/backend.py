@@ -227,6 +227,7 @@ def _collective(op: str) -> Callable:
                 faults.before_collective(self, op, args)  # injected faults (simgpu.faults); a no-op unless armed
                 with suspended():  # the simulator's own tensors are plumbing, not simulated-GPU code
                     result = method(self, *args, **kwargs)
+                self._batched(result)
                 if comm_log.ACTIVE is not False:  # SIMGPU_PREDICT: count it for the cost model
                     comm_log.record(op, self.size(), args)
                 return result
@@ -763,12 +764,13 @@ class SimProcessGroup(dist.ProcessGroup):
         rules.warn_p2p_layout(t)
         if dst == self.rank():  # NCCL sends to itself within a group; gloo has no pair for that
             self._loopback.append(t.detach().clone())
-            return SimWork(None, [t])
+            return SimWork(None, [t])  # nothing to wait for
         self._pairs.first_contact(dst, "send")
         wire_tag = self._p2p_tag(tag)  # the check pairs messages as the wire does
         posted = self._p2p.post("send", dst, wire_tag, t)
         work = SimWork(self._gloo.send([_raw_bytes(t.contiguous())], dst, wire_tag), [t],
                        lambda: self._p2p.verify(posted))
+        self._batched(work)
         if comm_log.ACTIVE is not False:
             comm_log.record("send", 2, (tensors,))
         return work
@@ -779,7 +781,9 @@ class SimProcessGroup(dist.ProcessGroup):
         rules.check_dtype(t, self._ctx("recv", "tensor"))
         rules.warn_p2p_layout(t)
         if src == self.rank():
-            return SimWork(None, [t], lambda: self._receive_own(t))
+            own = SimWork(None, [t], lambda: self._receive_own(t))
+            self._batched(own)
+            return own
         self._pairs.first_contact(src, "recv")
         target = _contiguous(t)
         posted = self._p2p.post("recv", src, self._p2p_tag(tag), t)
@@ -789,6 +793,7 @@ class SimProcessGroup(dist.ProcessGroup):
             if target is not t:
                 t.copy_(target)
         work = SimWork(self._gloo.recv([_raw_bytes(target)], src, self._p2p_tag(tag)), [t], finish)
+        self._batched(work)
         if comm_log.ACTIVE is not False:
             comm_log.record("recv", 2, (tensors,))
         return work
@@ -824,10 +829,20 @@ class SimProcessGroup(dist.ProcessGroup):
         """NCCL batches the ops up to _end_coalescing; running them as they come gives the same results
         (send/recv in between use the group's communicator: no pair rendezvous)."""
         self._pairs.coalescing(True)
+        self._local.batch = []
 
     def _end_coalescing(self, device: Any = None) -> SimWork:
+        """The batch's one work, done when all its ops are (NCCL's group end): torch 2.4's
+        batch_isend_irecv waits on this work alone, so a recv finishes only through it."""
         self._pairs.coalescing(False)
-        return SimWork(None, [])
+        works, self._local.batch = getattr(self._local, "batch", None) or [], None
+        return SimWork.all_of(works, [])
+
+    def _batched(self, work: Any) -> None:
+        """Between _start_coalescing and _end_coalescing, the works the batch's one work waits for."""
+        batch = getattr(self._local, "batch", None)
+        if batch is not None and isinstance(work, SimWork):
+            batch.append(work)
 
     def shutdown(self) -> None:
         comm_log.flush()
