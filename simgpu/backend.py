@@ -65,10 +65,27 @@ __all__ = ["BACKEND_NAME", "SimProcessGroup", "SimWork", "create_sim_process_gro
 
 
 # ----------------------------------------------------------------------------- work handles
-# torch 2.4's C++ side keeps a Python Work's C++ half alive but not its Python object: once that is
-# collected, a C++ caller's wait() (DDP's parameter check) finds no Python override and waits forever
-# on the base class. The most recent works are kept alive here (bounded).
-_RECENT_WORKS: collections.deque = collections.deque(maxlen=4096)
+# A Python Work handed to C++ (a process group's result in torch 2.4, the work DDP's reducer keeps
+# for Join, which it waits on and then asks for result()) is held there by its C++ half only: once
+# the Python object is collected, C++ finds no override, and wait() waits forever on the base class,
+# result() and getFuture() raise "not implemented". So a work is kept alive here until it completes,
+# and then among the few most recently completed (a C++ caller reads the result right after wait).
+# Not longer: each holds its collective's tensors, and keeping the 4096 most recent works kept
+# FSDP2's all-gather buffers of thousands of calls, growing a rank's memory by the model every step.
+_PENDING_WORKS: collections.OrderedDict = collections.OrderedDict()
+_PENDING_BOUND = 4096
+_RECENTLY_COMPLETED: collections.deque = collections.deque(maxlen=16)
+
+
+def _keep_pending(work: "SimWork") -> None:
+    _PENDING_WORKS[id(work)] = work
+    while len(_PENDING_WORKS) > _PENDING_BOUND:
+        _PENDING_WORKS.popitem(last=False)
+
+
+def _keep_completed(work: "SimWork") -> None:
+    _RECENTLY_COMPLETED.append(work)
+    _PENDING_WORKS.pop(id(work), None)
 
 
 class SimWork(dist.Work):
@@ -83,7 +100,7 @@ class SimWork(dist.Work):
         self._done = False
         self._error: BaseException | None = None
         self._lock = threading.Lock()
-        _RECENT_WORKS.append(self)
+        _keep_pending(self)
 
     def _complete(self) -> None:
         with self._lock:
@@ -94,6 +111,8 @@ class SimWork(dist.Work):
                         self._finish()
                 except BaseException as exc:  # noqa: BLE001 - re-raised by every wait()
                     self._error = exc
+                self._finish = None  # its closure holds the collective's inputs and buffers
+                _keep_completed(self)
         if self._error is not None:
             raise self._error
 
@@ -210,6 +229,7 @@ def _collective(op: str) -> Callable:
                 faults.before_collective(self, op, args)  # injected faults (simgpu.faults); a no-op unless armed
                 with suspended():  # the simulator's own tensors are plumbing, not simulated-GPU code
                     result = method(self, *args, **kwargs)
+                self._batched(result)
                 if comm_log.ACTIVE is not False:  # SIMGPU_PREDICT: count it for the cost model
                     comm_log.record(op, self.size(), args)
                 return result
@@ -768,12 +788,13 @@ class SimProcessGroup(dist.ProcessGroup):
         rules.warn_p2p_layout(t)
         if dst == self.rank():  # NCCL sends to itself within a group; gloo has no pair for that
             self._loopback.append(t.detach().clone())
-            return SimWork(None, [t])
+            return SimWork(None, [t])  # nothing to wait for
         self._pairs.first_contact(dst, "send")
         wire_tag = self._p2p_tag(tag)  # the check pairs messages as the wire does
         posted = self._p2p.post("send", dst, wire_tag, t)
         work = SimWork(self._gloo.send([_raw_bytes(t.contiguous())], dst, wire_tag), [t],
                        lambda: self._p2p.verify(posted))
+        self._batched(work)
         if comm_log.ACTIVE is not False:
             comm_log.record("send", 2, (tensors,))
         return work
@@ -784,7 +805,9 @@ class SimProcessGroup(dist.ProcessGroup):
         rules.check_dtype(t, self._ctx("recv", "tensor"))
         rules.warn_p2p_layout(t)
         if src == self.rank():
-            return SimWork(None, [t], lambda: self._receive_own(t))
+            own = SimWork(None, [t], lambda: self._receive_own(t))
+            self._batched(own)
+            return own
         self._pairs.first_contact(src, "recv")
         target = _contiguous(t)
         posted = self._p2p.post("recv", src, self._p2p_tag(tag), t)
@@ -794,6 +817,7 @@ class SimProcessGroup(dist.ProcessGroup):
             if target is not t:
                 t.copy_(target)
         work = SimWork(self._gloo.recv([_raw_bytes(target)], src, self._p2p_tag(tag)), [t], finish)
+        self._batched(work)
         if comm_log.ACTIVE is not False:
             comm_log.record("recv", 2, (tensors,))
         return work
@@ -829,10 +853,20 @@ class SimProcessGroup(dist.ProcessGroup):
         """NCCL batches the ops up to _end_coalescing; running them as they come gives the same results
         (send/recv in between use the group's communicator: no pair rendezvous)."""
         self._pairs.coalescing(True)
+        self._local.batch = []
 
     def _end_coalescing(self, device: Any = None) -> SimWork:
+        """The batch's one work, done when all its ops are (NCCL's group end): torch 2.4's
+        batch_isend_irecv waits on this work alone, so a recv finishes only through it."""
         self._pairs.coalescing(False)
-        return SimWork(None, [])
+        works, self._local.batch = getattr(self._local, "batch", None) or [], None
+        return SimWork.all_of(works, [])
+
+    def _batched(self, work: Any) -> None:
+        """Between _start_coalescing and _end_coalescing, the works the batch's one work waits for."""
+        batch = getattr(self._local, "batch", None)
+        if batch is not None and isinstance(work, SimWork):
+            batch.append(work)
 
     def shutdown(self) -> None:
         comm_log.flush()

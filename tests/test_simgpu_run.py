@@ -71,6 +71,13 @@ def test_ddp_features_under_torchrun() -> None:
     assert "OK ddp_features" in done.stdout
 
 
+def test_works_live_while_cpp_reads_them_and_free_their_tensors() -> None:
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    done = simgpu_run(2, torchrun, "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "work_lifetime.py"))
+    assert done.returncode == 0, done.stdout + done.stderr[-5000:]
+    assert "OK work_lifetime" in done.stdout
+
+
 def test_cuda_visible_devices_reorders_and_stops_at_a_bad_entry() -> None:
     done = simgpu_run(4, str(SCRIPTS / "visible_devices.py"), env={"CUDA_VISIBLE_DEVICES": "2,0,x,1"})
     assert done.returncode == 0, done.stdout + done.stderr

@@ -128,16 +128,20 @@ def _record_stream(func: Callable, args: tuple, kwargs: dict) -> None:
 
 
 def _resolve_device(device: Any) -> Any:
-    """A device argument: a simulated GPU's index, _HOST for the host, None when absent."""
+    """A device argument: a simulated GPU's index, _HOST for the host, _ELSEWHERE for a device of
+    torch's own (meta), None when absent."""
     if device is None:
         return None
     device = torch.device(device) if not isinstance(device, torch.device) else device
-    if device.type != "cuda":
+    if device.type == "cpu":
         return _HOST
+    if device.type != "cuda":
+        return _ELSEWHERE
     return devices.current() if device.index is None else devices.check_index(device.index)
 
 
 _HOST = "host"
+_ELSEWHERE = "elsewhere"  # meta: the op runs as torch has it, its result on no simulated GPU
 _RANDOM_INPLACE = {aten.uniform_, aten.normal_, aten.random_, aten.bernoulli_, aten.exponential_,
                    aten.geometric_, aten.log_normal_, aten.cauchy_, aten.bernoulli, aten.multinomial,
                    aten.normal, aten.poisson, aten.randint_like, aten.rand_like, aten.randn_like}
@@ -184,6 +188,8 @@ class PlacementMode(TorchDispatchMode):
             return _foreach(op.run, args, kwargs)
         device = kwargs.get("device") if op.has_device else None
         target = None if device is None else _resolve_device(device)
+        if target == _ELSEWHERE:
+            return op.run(*args, **kwargs)
         if target == _HOST and getattr(_state, "host", 0):
             return op.run(*args, **kwargs)
         if target is None or target == _HOST:

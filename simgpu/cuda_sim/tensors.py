@@ -29,6 +29,10 @@ from simgpu.cuda_sim.placement import suspended  # noqa: F401  (the simulator's 
 TensorBase = torch._C.TensorBase
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _HOST = "host"  # an explicit host target (device="cpu"), as opposed to "no device argument"
+# A device that is neither host memory nor a GPU ("meta"): torch's own, the call goes to it unchanged.
+# (Taking it for the host made meta-device init allocate every parameter, p.is_meta False, and
+# FakeTensor's meta tensors real CPU ones: torch.export and the pipelining tracer failed.)
+_ELSEWHERE = "elsewhere"
 
 
 def _cuda_device(index: int) -> torch.device:
@@ -41,14 +45,15 @@ def device_of(t: torch.Tensor) -> torch.device:
 
 
 def _target(device: Any) -> Any:
-    """What a device argument asks for: a simulated GPU index, _HOST, or None (not a device)."""
+    """What a device argument asks for: a simulated GPU index, _HOST, _ELSEWHERE (meta), or None
+    (not a device)."""
     if device is None:
         return None
     index = devices.resolve(device)
     if index is not None:
         return index
     if isinstance(device, (str, torch.device)):
-        return _HOST
+        return _HOST if torch.device(device).type == "cpu" else _ELSEWHERE
     return None
 
 
@@ -161,7 +166,10 @@ def _parse_to(args: tuple, kwargs: dict) -> tuple[Any, dict]:
 def _to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     if not _plain(self):
         return _subclass_to(self, args, kwargs)
-    target, kwargs = _parse_to(args, kwargs)
+    target, parsed = _parse_to(args, kwargs)
+    if target == _ELSEWHERE:
+        return _original["to"](self, *args, **kwargs)
+    kwargs = parsed
     here = devices.device_of(self)
     index = here if target is None else (None if target == _HOST else target)
     kwargs.pop("non_blocking", None)
@@ -174,7 +182,10 @@ def _to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
 def _subclass_to(self: torch.Tensor, args: tuple, kwargs: dict) -> torch.Tensor:
     """Tensor.to on a tensor subclass (DTensor): its own `to` runs on its inner tensors, with the
     device spelled so a CPU build of torch takes it, and a host target meaning the host."""
-    target, kwargs = _parse_to(args, kwargs)
+    target, parsed = _parse_to(args, kwargs)
+    if target == _ELSEWHERE:
+        return _original["to"](self, *args, **kwargs)
+    kwargs = parsed
     if target is None:
         return _original["to"](self, **kwargs)
     if target == _HOST:
@@ -295,7 +306,7 @@ class SimCudaMode(TorchFunctionMode):
             index = devices.device_of(args[0])
             return out if index is None else placement.label(out, index)
         target = _target(kwargs["device"]) if "device" in kwargs else None
-        if target is None:
+        if target is None or target == _ELSEWHERE:
             tensors = list(placement.tensors_of(args, kwargs))
             if len(tensors) > 1 and not placement.pairs_lists(getattr(func, "__name__", "")):
                 common_device(tensors)  # one tensor cannot mix devices

@@ -1,6 +1,6 @@
 """Run under `simgpu run --gpus 2 torchrun --nproc-per-node 2`: what DDP programs use beyond the
 basics: SyncBatchNorm (CUDA-only statistics kernels), comm hooks over DDP's C++ buckets, sends to
-the rank itself, deepcopy of GPU modules."""
+the rank itself and batched sends around the ring, deepcopy of GPU modules."""
 import copy
 
 import torch
@@ -63,6 +63,13 @@ ops = [dist.P2POp(dist.irecv, got, rank), dist.P2POp(dist.isend, torch.full((3,)
 for work in dist.batch_isend_irecv(ops):
     work.wait()
 assert got.tolist() == [rank + 1.0] * 3, got
+# a batch around the ring: torch 2.4 waits on the batch's one work only, which must finish its recvs
+left, right = (rank - 1) % world, (rank + 1) % world
+inbox = torch.zeros(2, 4, device="cuda")
+ops = [dist.P2POp(dist.isend, torch.full((2, 4), rank + 1.0, device="cuda"), right), dist.P2POp(dist.irecv, inbox, left)]
+for work in dist.batch_isend_irecv(ops):
+    work.wait()
+assert inbox.eq(left + 1.0).all(), inbox
 
 # deepcopy keeps modules and tensors on their GPU
 assert copy.deepcopy(nn.BatchNorm1d(3).cuda()).running_mean.device == torch.device("cuda", rank)

@@ -69,4 +69,19 @@ assert torch.equal(torch.randn(4), cpu_draw), "GPU draws leave the host generato
 # nn.Module.to passes (device, dtype=None, ...) positionally
 m2 = torch.nn.Linear(3, 2).to("cuda:1")
 assert m2.weight.get_device() == 1 and m2.to(dtype=torch.float64).weight.get_device() == 1
+
+# meta is torch's own device, not the host: meta-device init allocates nothing, to_empty places
+assert torch.empty(3, device="meta").is_meta and torch.zeros(2, device=torch.device("meta")).device.type == "meta"
+with torch.device("meta"):
+    lazy = torch.nn.Linear(4, 4)
+assert lazy.weight.is_meta and not lazy.weight.is_cuda
+assert torch.ones(2, device="cuda:1").to("meta").is_meta and torch.empty_like(g, device="meta").is_meta
+before = torch.cuda.memory_allocated(2)
+lazy.to_empty(device="cuda:2")
+assert lazy.weight.get_device() == 2 and not lazy.weight.is_meta
+assert torch.cuda.memory_allocated(2) - before == (16 + 4) * 4
+# FakeTensor (torch.export, the pipelining tracer) makes meta tensors of symbolic sizes
+exported = torch.export.export(torch.nn.Linear(3, 2), (torch.ones(5, 3),),
+                               dynamic_shapes=({0: torch.export.Dim("batch")},))
+assert exported.module()(torch.ones(7, 3)).shape == (7, 2)
 print("OK devices_semantics")
