@@ -23,17 +23,14 @@ from __future__ import annotations
 import argparse
 import array
 import ctypes
-import datetime
 import importlib
 import json
 import math
 import multiprocessing
 import os
-import platform
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -381,30 +378,12 @@ def measure_pool(world_size: int, backend: str, cases: int, warmup: int, timeout
 
 # --------------------------------------------------------------------------- report
 def environment(backend: str) -> dict[str, Any]:
-    """What the figures depend on, recorded next to them ."""
-    import torch
+    """What the figures depend on, recorded next to them."""
+    from realgpu.environment import host_run_facts, process_environment
 
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                                text=True, timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
-    try:
-        usable_cpus = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable_cpus = os.cpu_count()
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "usable_cpus": usable_cpus,
-        "git_commit": commit,
-        "pool_backend": backend,
-        "spawn_backend": "gloo",
-        "payload": f"all_reduce of {NUMEL} float32 ({NUMEL * 4} bytes), result checked exactly",
-    }
+    return {**process_environment(backend), **host_run_facts(REPO_ROOT), "pool_backend": backend,
+            "spawn_backend": "gloo",
+            "payload": f"all_reduce of {NUMEL} float32 ({NUMEL * 4} bytes), result checked exactly"}
 
 
 def _fmt(value: float | None, spec: str) -> str:

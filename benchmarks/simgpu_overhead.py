@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -71,9 +70,9 @@ def main() -> None:
             print(f"{wrap:6} {ranks} ranks: plain {row['plain_s'] * 1e3:8.1f} ms  simulated "
                   f"{row['simulated_s'] * 1e3:8.1f} ms  ratio {row['ratio']:.2f}", flush=True)
     if args.json:
-        import torch
+        from realgpu.environment import host_run_facts, process_environment
 
-        meta = {"strict": not args.no_strict, "torch": torch.__version__, "python": platform.python_version(), "cpus": os.cpu_count(),
+        meta = {**process_environment("gloo"), **host_run_facts(HERE.parent), "strict": not args.no_strict,
                 "model": {"width": args.width, "layers": args.layers, "batch": args.batch, "tokens_per_sample": 16},
                 "repeats": args.repeats, "command": " ".join(sys.argv)}
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

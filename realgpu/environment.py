@@ -23,6 +23,28 @@ def process_environment(backend: str) -> dict:
     return {"backend": backend, **_versions(torch.device("cuda", 0) if backend == "nccl" else None)}
 
 
+def host_run_facts(repo: Any) -> dict:
+    """What a CPU benchmark's figures depend on besides torch's versions: when, on how many CPUs (and how
+    many this process may use), on which platform, at which commit of `repo` (None outside git)."""
+    import datetime
+    import os
+    import platform
+    import subprocess
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
+                                timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    try:
+        usable_cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable_cpus = os.cpu_count()
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "platform": platform.platform(), "cpu_count": os.cpu_count(), "usable_cpus": usable_cpus,
+            "git_commit": commit}
+
+
 def _versions(device: Any) -> dict:
     import os
     import platform
