@@ -451,6 +451,33 @@ def mismatch_ops_then_ok(ctx):
 
 
 @case
+def async_issue_does_not_wait_for_peers(ctx, token):
+    """Rank 1 issues its all_reduce only after rank 0's async call has returned: were the strict check
+    done where the call is issued, rank 0 would wait there for rank 1, and both for ever (a timeout)."""
+    store = dist.PrefixStore(f"issue-order/{token}", dist.distributed_c10d._get_default_store())
+    t = torch.full((3,), float(ctx.rank + 1))
+    if ctx.rank == 0:
+        work = dist.all_reduce(t, async_op=True)
+        store.set("rank0-issued", "1")
+    else:
+        store.wait(["rank0-issued"])
+        work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    return t.tolist()
+
+
+@case
+def async_mismatch_raises_at_wait(ctx):
+    """An asynchronous call returns its work; the disagreement comes out of wait(), where NCCL hangs."""
+    work = dist.all_reduce(torch.zeros(2 + ctx.rank), async_op=True)  # site-async
+    try:
+        work.wait()
+    except RuntimeError as exc:
+        return type(exc).__name__, str(exc)
+    return None
+
+
+@case
 def one_rank_refuses(ctx):
     t = torch.zeros(3, 2).t() if ctx.rank == 1 else torch.zeros(2, 3)
     dist.all_reduce(t)
@@ -693,6 +720,18 @@ def test_a_rank_that_refuses_its_call_does_not_leave_the_others_waiting(pool3):
     for o in (out[0], out[2]):
         assert o.error_type == STRICT_MISMATCH, o.describe()
         assert "rank 1 refused its call before communicating: ValueError: Tensors must be contiguous" in o.error
+
+
+def test_an_async_collective_is_issued_without_waiting_for_the_other_ranks(pool2):
+    import uuid
+
+    assert values(pool2.run(rank_call, "async_issue_does_not_wait_for_peers", uuid.uuid4().hex)) == [[3.0] * 3] * 2
+
+
+def test_an_async_mismatch_is_raised_by_wait_on_every_rank(pool2):
+    for kind, message in values(pool2.run(rank_call, "async_mismatch_raises_at_wait")):
+        assert kind == "CollectiveMismatch" and "'numel' differs" in message, message
+        assert f"test_sim_backend.py:{_line_of('site-async')}" in message, message
 
 
 def test_mismatched_split_sizes(pool2):
