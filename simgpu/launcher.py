@@ -145,13 +145,20 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float | None) -> int:
     env = {GROUP_SECRET_ENV: secrets.token_hex(16), **env, reaper.RUN_ID_ENV: run_id}  # strict records' key
     reaper.become_subreaper()
     watchdog = reaper.Watchdog(run_id)
+    started: list[int] = []  # the program's pid, once it runs
+    # Installed before the program starts: a handled signal is reset to its default in the program,
+    # where an ignored one would stay ignored (under a parent that ignores SIGINT, as pytest-xdist's
+    # workers and background jobs of a shell do, Ctrl-C forwarded to the program would do nothing).
+    forwarded = {sig: signal.signal(sig, lambda s, _f: [_signal_group(pid, s) for pid in started])
+                 for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         child = subprocess.Popen(cmd, env=env, start_new_session=True)
     except FileNotFoundError:
         watchdog.stop()
+        for sig, handler in forwarded.items():
+            signal.signal(sig, handler)
         raise SystemExit(f"simgpu run: no such program: {cmd[0]}") from None
-    forwarded = {sig: signal.signal(sig, lambda s, _f: _signal_group(child.pid, s))
-                 for sig in (signal.SIGINT, signal.SIGTERM)}
+    started.append(child.pid)
     try:
         return child.wait(timeout=timeout)
     except subprocess.TimeoutExpired:

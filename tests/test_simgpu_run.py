@@ -210,11 +210,20 @@ def test_timeout_kills_the_program_its_children_new_sessions_and_daemons(tmp_pat
     assert [p for p in pids if _alive(p)] == [], "outlived simgpu run --timeout"  # gone when it returns
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
-def test_interrupting_or_killing_the_launcher_kills_everything(tmp_path: Path, sig: int) -> None:
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("sig,parent_ignores_sigint", [(signal.SIGINT, False), (signal.SIGINT, True),
+                                                       (signal.SIGKILL, False)])
+def test_interrupting_or_killing_the_launcher_kills_everything(tmp_path: Path, sig: int,
+                                                               parent_ignores_sigint: bool) -> None:
+    """Also when simgpu run starts with SIGINT ignored (pytest-xdist workers, background jobs): the
+    program must not inherit the ignoring, or the forwarded Ctrl-C does nothing and the run hangs."""
     script, pidfile = _escaper(tmp_path)
     launcher = subprocess.Popen([sys.executable, "-m", "simgpu", "run", "--gpus", "1", str(script), str(pidfile)],
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=_ignore_sigint if parent_ignores_sigint else None)
     try:
         pids = _wait_for(pidfile, launcher)
         launcher.send_signal(sig)
