@@ -256,6 +256,8 @@ class SimProcessGroup(dist.ProcessGroup):
         self._p2p = P2PChecker(self._strict, label=self._label, global_rank=self._global_rank)
         self._local = threading.local()  # .checked, .ticket: the current call has posted its strict check
         self._issuer = Issuer(self._strict.settle, name=f"simgpu-issue-{rank}", guard=suspended)
+        if size > 1:  # the check's store connections, made now rather than at a first call: a rank whose
+            self._strict.connect()  # first call is refused must tell the others at once (StrictChecker.reject)
         self._loopback: collections.deque = collections.deque()  # messages this rank sent to itself, in order
         # the device types the group serves, as torch asks them (_device_types, object collectives, DCP,
         # DTensor): an NCCL group's are ("cuda",); default: the host, and simulated GPUs where there are some

@@ -184,7 +184,7 @@ class StrictChecker:
         self._secret = secret.encode() if secret else None
         self.default_timeout = default_timeout
         self.store = store
-        self._channel_store: dist.Store | None = None  # see _connect()
+        self._channel_store: dist.Store | None = None  # see connect()
         self._post_store: dist.Store | None = None
         self._channel_client: Any = None
         self._connect_lock = threading.Lock()
@@ -204,16 +204,16 @@ class StrictChecker:
     def _io(self) -> dist.Store:
         """Where this group's checks wait for and read descriptors (the thread that settles checks)."""
         if self._channel_store is None:
-            self._connect()
+            self.connect()
         return self._channel_store
 
     def _post_io(self) -> dist.Store:
         """Where this rank posts its descriptors (the threads that issue calls)."""
         if self._post_store is None:
-            self._connect()
+            self.connect()
         return self._post_store
 
-    def _connect(self) -> None:
+    def connect(self) -> None:
         """Two connections of this group's own to the TCPStore server when the group's store is one
         (else the group's store serves both): one to post on, one to wait on.
 
