@@ -31,6 +31,17 @@ Start = Callable[[], dist.Work]
 _STOP = object()
 _EXIT_WAIT = 5.0  # seconds an issuer may take to finish at interpreter exit
 _LIVE: "weakref.WeakSet[Issuer]" = weakref.WeakSet()
+_ON_ISSUER = threading.local()  # .active is set on issuer threads
+
+
+def _off_the_issuer(complete: Callable[[], None]) -> None:
+    """Complete a program's future here, unless this is an issuer thread: there, on a thread of its own.
+    Completing a future runs the program's callbacks (DDP comm hooks; PowerSGD's issues an all_reduce and
+    waits for it), and only the issuer can start that all_reduce: run on it, the callback waits for itself."""
+    if getattr(_ON_ISSUER, "active", False):
+        threading.Thread(target=complete, name="simgpu-future-callbacks", daemon=True).start()
+    else:
+        complete()
 
 
 class Deferred:
@@ -81,16 +92,18 @@ class Deferred:
 
         def chain() -> None:
             if self._error is not None:
-                future.set_exception(self._error)
+                error = self._error
+                _off_the_issuer(lambda: future.set_exception(error))
                 return
             assert self._inner is not None
 
-            def forward(done: torch.futures.Future) -> None:
+            def complete(done: torch.futures.Future) -> None:
                 try:
                     future.set_result(done.value())
                 except Exception as exc:  # noqa: BLE001 - handed to the future's waiter
                     future.set_exception(exc)
-            self._inner.get_future().add_done_callback(forward)
+            # an operation already finished runs this at once, here: on the issuer when the check just passed
+            self._inner.get_future().add_done_callback(lambda done: _off_the_issuer(lambda: complete(done)))
 
         with self._lock:
             if not self._settled.is_set():
@@ -160,6 +173,7 @@ class Issuer:
                     handle._inner.wait(timedelta(seconds=left))
 
     def _run(self) -> None:
+        _ON_ISSUER.active = True
         while True:
             item = self._queue.get()
             if item is _STOP:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -28,3 +29,16 @@ def all_gone(pids: list[int], within: float = 3.0) -> bool:
             return True
         time.sleep(0.05)
     return not any(running(p) for p in pids)
+
+
+def run_bounded(cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:  # noqa: ANN003
+    """subprocess.run(cmd, capture_output=True, text=True): past `timeout` the test fails with what the
+    command had printed (the end of its stdout and stderr), not only with the command line."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kwargs)
+    except subprocess.TimeoutExpired as expired:
+        def text(out: str | bytes | None) -> str:
+            return out.decode(errors="replace") if isinstance(out, bytes) else out or ""
+        raise AssertionError(f"{' '.join(cmd)} did not finish within {timeout:g} s\n"
+                             f"--- stdout (end) ---\n{text(expired.stdout)[-3000:]}\n"
+                             f"--- stderr (end) ---\n{text(expired.stderr)[-6000:]}") from None

@@ -1,9 +1,10 @@
 """The suite catches each deliberately broken backend of tests/broken_backends.py with the default (ci)
-profile on three hypothesis seeds, and every failing example it prints holds the input class that
-backend's defect needs (so the catch comes from that class, not from some other difference).
+profile on three hypothesis seeds (seed 0 by default, seeds 1 and 2 with --full), and every failing
+example it prints holds the input class that backend's defect needs (so the catch comes from that
+class, not from some other difference).
 
-Each run is a `python -m pytest conformance/test_collectives.py --backend=<broken> ...` subprocess from
-the repository root, two at a time (the machine has two cores); each test waits for its own.
+Each test runs `python -m pytest conformance/test_collectives.py --backend=<broken> ...` in a subprocess
+from the repository root (pytest-xdist runs them side by side).
 The gloo run checks the other side of the bool rule: real gloo's SUM on bool leaves byte 2, which the
 suite reports as the registered finding gloo-bool-sum-bytes (XFAIL), not as a pass.
 """
@@ -12,13 +13,14 @@ from __future__ import annotations
 import ast
 import os
 import re
-import subprocess
 import sys
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
 import pytest
+
+from tests.processes import run_bounded
+from tests.tiers import first_then_full
 
 REPO = Path(__file__).resolve().parent.parent
 SEEDS = (0, 1, 2)
@@ -68,51 +70,26 @@ CLASS: dict[str, Callable[[re.Match], bool]] = {
 }
 
 
-class Runs:
-    """The subprocesses, two at a time; result(key) waits for one."""
-
-    def __init__(self, tmp: Path):
-        self.tmp = tmp
-        self.env = dict(os.environ)
-        for key in ("CI", "SIMGPU_PROFILE", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER"):
-            self.env.pop(key, None)
-        self.env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [self.env.get("PYTHONPATH")])])
-        self.env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(tmp / "hypothesis")
-        self.pool = ThreadPoolExecutor(max_workers=2)
-        self.futures: dict[tuple[str, int], Future] = {}
-        for seed in SEEDS:
-            for backend, cells in CELLS.items():
-                args = [f"--backend={backend}", "--backend-module=tests.broken_backends", "-k", cells]
-                self.futures[(backend, seed)] = self.pool.submit(self._run, backend, seed, args)
-        self.futures[("gloo", 0)] = self.pool.submit(
-            self._run, "gloo", 0, ["--backend=gloo", "-rx", "-k", "reduce_scatter-bool-sum or reduce-bool-sum"])
-
-    def _run(self, name: str, seed: int, args: list[str]) -> tuple[int, str]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "conformance/test_collectives.py", "-p", "no:cacheprovider", "-q",
-             "--conformance-profile=ci", "--rank-timeout=30", f"--hypothesis-seed={seed}",
-             "--report-dir", str(self.tmp / f"{name}-{seed}"), *args],
-            cwd=REPO, env=self.env, capture_output=True, text=True, timeout=300)
-        return proc.returncode, proc.stdout + proc.stderr
-
-    def result(self, backend: str, seed: int) -> tuple[int, str]:
-        return self.futures[(backend, seed)].result()
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+def run_suite(tmp: Path, name: str, seed: int, *args: str) -> tuple[int, str]:
+    """`pytest conformance/test_collectives.py ARGS` with the ci profile and this seed; its exit code and output."""
+    env = dict(os.environ)
+    for key in ("CI", "SIMGPU_PROFILE", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER"):
+        env.pop(key, None)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
+    env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(tmp / "hypothesis")
+    proc = run_bounded(
+        [sys.executable, "-m", "pytest", "conformance/test_collectives.py", "-p", "no:cacheprovider", "-q",
+         "--conformance-profile=ci", "--rank-timeout=30", f"--hypothesis-seed={seed}",
+         "--report-dir", str(tmp / f"{name}-{seed}"), *args],
+        300, cwd=REPO, env=env)
+    return proc.returncode, proc.stdout + proc.stderr
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory):
-    r = Runs(tmp_path_factory.mktemp("broken_backends"))
-    yield r
-    r.close()
-
-
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("seed", first_then_full(SEEDS, [str(s) for s in SEEDS]))
 @pytest.mark.parametrize("backend", sorted(CELLS))
-def test_broken_backend_is_caught_by_its_input_class(runs: Runs, backend: str, seed: int) -> None:
-    rc, text = runs.result(backend, seed)
+def test_broken_backend_is_caught_by_its_input_class(tmp_path: Path, backend: str, seed: int) -> None:
+    rc, text = run_suite(tmp_path, backend, seed, f"--backend={backend}", "--backend-module=tests.broken_backends",
+                         "-k", CELLS[backend])
     assert rc == pytest.ExitCode.TESTS_FAILED, text[-4000:]
     assert "FAIL: wrong result" in text, text[-4000:]
     assert f"| backend {backend} |" in text  # the ranks really ran the broken backend
@@ -124,7 +101,7 @@ def test_broken_backend_is_caught_by_its_input_class(runs: Runs, backend: str, s
         assert "wrote outside the view" in text, text[-4000:]
 
 
-def test_gloo_bool_sum_bytes_is_a_registered_finding(runs: Runs) -> None:
-    rc, text = runs.result("gloo", 0)
+def test_gloo_bool_sum_bytes_is_a_registered_finding(tmp_path: Path) -> None:
+    rc, text = run_suite(tmp_path, "gloo", 0, "--backend=gloo", "-rx", "-k", "reduce_scatter-bool-sum or reduce-bool-sum")
     assert rc == pytest.ExitCode.OK, text[-4000:]  # no unexplained failure
     assert "known finding gloo-bool-sum-bytes" in text, text[-4000:]  # caught, and excused only by the finding

@@ -8,8 +8,8 @@ plain-PyTorch equivalent: data parallelism over a global batch split across rank
 the global batch with the mean loss; FSDP / TP / SP / pipelining are the unsharded model. The
 global batch is fixed, so the reference does not depend on the number of GPUs.
 
-Every program runs on 2 and 4 simulated GPUs; the two programs on a 2-D mesh (hsdp, fsdp_tp)
-on 4 and 8. `-k gpus2` selects one GPU count.
+Every program runs on 2 simulated GPUs, the two on a 2-D mesh (hsdp, fsdp_tp) on 4; with --full
+also on 4 (and those two on 8). `-k gpus2` selects one GPU count.
 """
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from tests.processes import run_bounded
+from tests.tiers import first_then_full
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = ROOT / "examples" / "programs"
@@ -64,8 +67,8 @@ def needs(*features: str) -> pytest.MarkDecorator:
 
 
 def gpus(*counts: int) -> pytest.MarkDecorator:
-    """parametrize over GPU counts, ids gpus2 / gpus4 / gpus8."""
-    return pytest.mark.parametrize("n", [pytest.param(n, id=f"gpus{n}") for n in counts])
+    """parametrize over GPU counts, ids gpus2 / gpus4 / gpus8; the larger counts run with --full."""
+    return pytest.mark.parametrize("n", first_then_full(counts, [f"gpus{n}" for n in counts]))
 
 
 # -- running a program -------------------------------------------------------------------------
@@ -81,7 +84,7 @@ def simgpu_run(n: int, *args: str) -> subprocess.CompletedProcess:
     bindir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
     cmd = [sys.executable, "-m", "simgpu", "run", "--gpus", str(n), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT, env=env)
+    return run_bounded(cmd, TIMEOUT, cwd=ROOT, env=env)
 
 
 def decisive(stderr: str, keep: int = 30) -> str:

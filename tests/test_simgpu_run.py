@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import run_bounded
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).resolve().parent / "sim_scripts"
 EXAMPLE_NAMES = ["comm_demo", "devices_demo", "dist_demo", "dp_ddp_demo", "model_parallel_demo"]
@@ -32,8 +34,7 @@ def examples_dir() -> Path:
 
 def simgpu_run(gpus: int, *args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "simgpu", "run", "--gpus", str(gpus), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                          env={**os.environ, **(env or {})})
+    return run_bounded(cmd, timeout, cwd=ROOT, env={**os.environ, **(env or {})})
 
 
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)

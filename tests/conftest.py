@@ -1,0 +1,28 @@
+"""The project's own tests come in two tiers. The README's test command runs every test at its smallest
+size: each example program at one GPU count, each broken backend on one hypothesis seed. `--full` adds
+the rest (tests marked `full`): the other GPU counts and seeds. CI runs both; `-m full --full` runs
+only the second tier."""
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--full", action="store_true",
+                     help="also run the tests marked full: every example program at every GPU count, "
+                          "each broken backend on three hypothesis seeds")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "full: a larger size or another seed of a test that runs by default; "
+                                       "runs with --full")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--full"):
+        return
+    skip = pytest.mark.skip(reason="a larger size or another seed of a test that runs by default: --full runs it")
+    for item in items:
+        if item.get_closest_marker("full"):
+            item.add_marker(skip)
+
