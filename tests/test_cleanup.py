@@ -274,6 +274,9 @@ def test_pytest_ctrl_c(tmp_path, marked):
     assert_nothing_left(m)
 
 
+FEW_CELLS = "all_reduce-float32-sum or all_gather-float32"  # 7 tests: each worker gets some, the run is short
+
+
 def _xdist_workers(pytest_pid: int) -> list[int]:
     workers = []
     for kid in children(pytest_pid):
@@ -297,7 +300,7 @@ def _worker_with_ranks(pytest_pid: int, timeout: float = 60.0) -> int:
 
 
 def test_xdist_worker_sigkilled(tmp_path, marked):
-    m = marked(pytest_argv(tmp_path, "-n", "2", "-k", "all_reduce-float32 or all_gather-float32"), new_session=True)
+    m = marked(pytest_argv(tmp_path, "-n", "2", "-k", FEW_CELLS), new_session=True)
     worker = _worker_with_ranks(m.proc.pid)
     doomed = [worker, *descendants(worker)]  # the worker, its fork server and its ranks
     os.kill(worker, signal.SIGKILL)
@@ -308,7 +311,7 @@ def test_xdist_worker_sigkilled(tmp_path, marked):
 
 
 def test_xdist_controller_sigkilled(tmp_path, marked):
-    m = marked(pytest_argv(tmp_path, "-n", "2", "-k", "all_reduce"), new_session=True)
+    m = marked(pytest_argv(tmp_path, "-n", "2", "-k", FEW_CELLS), new_session=True)
     _worker_with_ranks(m.proc.pid)
     m.proc.send_signal(signal.SIGKILL)
     m.finish(60)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import child_env
+
 from simgpu import comm_log
 from realgpu import calibration as cal
 from simgpu import collective_facts as facts
@@ -307,10 +309,8 @@ def test_simgpu_run_predict_prints_the_table(tmp_path: Path) -> None:
 
 
 def test_pytest_predict_prints_the_section(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("SIMGPU_PREDICT") and k not in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "CI")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
-    env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(tmp_path / "hypothesis")
+    env = {k: v for k, v in child_env(HYPOTHESIS_STORAGE_DIRECTORY=str(tmp_path / "hypothesis")).items()
+           if not k.startswith("SIMGPU_PREDICT")}
     base = [sys.executable, "-m", "pytest", "conformance/test_collectives.py", "-p", "no:cacheprovider", "-q",
             "--max-world-size", "2", "--report-dir", str(tmp_path / "reports"), "--hypothesis-seed=0"]
     done = subprocess.run([*base, "-k", "[broadcast-float32]", "--predict", "h200-nvlink4"],

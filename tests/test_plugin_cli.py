@@ -1,22 +1,20 @@
 """The pytest plugin from the command line (conformance/plugin.py): bad options fail in one line, a wrong
 backend is caught and reported, and a real gloo run writes the capability report.
 
-Each scenario is a `python -m pytest conformance ...` subprocess, run from the repository root (rank
-processes import tests.wrong_backend from there). All subprocesses start together when the first
-test asks for one, and each test waits only for its own.
+Each scenario is a `python -m pytest conformance ...` subprocess of its test, run from the repository
+root (rank processes import tests.wrong_backend from there).
 """
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.processes import REPO, child_env, run_bounded
+
 WRONG_CELLS = ("all_reduce-float32-sum", "all_reduce-int32-sum")  # -k "[id]": not funcol.all_reduce-... too
 
 
@@ -35,47 +33,18 @@ def _scenarios(reports: Path) -> dict[str, list[str]]:
     }
 
 
-class Runs:
-    """Every scenario's subprocess, started at once; result(name) waits for that one."""
-
-    def __init__(self, tmp: Path):
-        self.reports = tmp / "reports"
-        env = dict(os.environ)
-        for key in ("CI", "SIMGPU_PROFILE", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER"):
-            env.pop(key, None)
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
-        env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(tmp / "hypothesis")
-        self.procs = {
-            name: subprocess.Popen(
-                [sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", *args],
-                cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for name, args in _scenarios(self.reports).items()
-        }
-        self.done: dict[str, tuple[int, str, str]] = {}
-
-    def result(self, name: str) -> tuple[int, str, str]:
-        if name not in self.done:
-            out, err = self.procs[name].communicate(timeout=180)
-            self.done[name] = (self.procs[name].returncode, out, err)
-        return self.done[name]
-
-    def close(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+def run_scenario(tmp: Path, name: str) -> tuple[int, str, str]:
+    """`python -m pytest conformance` with the scenario's options (reports under tmp/reports); exit code,
+    stdout, stderr."""
+    args = _scenarios(tmp / "reports")[name]
+    done = run_bounded([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", *args],
+                       180, cwd=REPO, env=child_env(HYPOTHESIS_STORAGE_DIRECTORY=str(tmp / "hypothesis")))
+    return done.returncode, done.stdout, done.stderr
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory):
-    r = Runs(tmp_path_factory.mktemp("plugin_cli"))
-    yield r
-    r.close()
-
-
-def _usage_error(runs: Runs, name: str) -> str:
+def _usage_error(tmp: Path, name: str) -> str:
     """The scenario ended as a pytest usage error: exit status 4, one ERROR line, no traceback."""
-    rc, out, err = runs.result(name)
+    rc, out, err = run_scenario(tmp, name)
     text = out + err
     assert rc == pytest.ExitCode.USAGE_ERROR, (rc, text[-3000:])
     assert "Traceback" not in text, text[-3000:]
@@ -84,30 +53,30 @@ def _usage_error(runs: Runs, name: str) -> str:
     return errors[0]
 
 
-def test_unknown_backend_is_one_line_listing_the_choices(runs: Runs) -> None:
-    line = _usage_error(runs, "nosuch")
+def test_unknown_backend_is_one_line_listing_the_choices(tmp_path: Path) -> None:
+    line = _usage_error(tmp_path, "nosuch")
     assert "'nosuch'" in line
     choices = line.split("choose one of:", 1)[1]
     assert {"sim", "gloo", "nccl"} <= {c.strip() for c in choices.split(",")}
 
 
-def test_unregistered_backend_points_at_backend_module(runs: Runs) -> None:
-    line = _usage_error(runs, "unregistered")
+def test_unregistered_backend_points_at_backend_module(tmp_path: Path) -> None:
+    line = _usage_error(tmp_path, "unregistered")
     assert "'wrongsum'" in line and "--backend-module" in line
 
 
-def test_nccl_without_gpus_says_it_needs_gpus(runs: Runs) -> None:
-    line = _usage_error(runs, "nccl")
+def test_nccl_without_gpus_says_it_needs_gpus(tmp_path: Path) -> None:
+    line = _usage_error(tmp_path, "nccl")
     assert "nccl" in line and "GPU" in line and "has 0" in line
 
 
-def test_backend_module_that_does_not_import(runs: Runs) -> None:
-    line = _usage_error(runs, "bad_module")
+def test_backend_module_that_does_not_import(tmp_path: Path) -> None:
+    line = _usage_error(tmp_path, "bad_module")
     assert "nonexistent.module" in line and "ModuleNotFoundError" in line
 
 
-def test_max_world_size_above_eight_is_a_usage_error(runs: Runs) -> None:
-    line = _usage_error(runs, "world9")
+def test_max_world_size_above_eight_is_a_usage_error(tmp_path: Path) -> None:
+    line = _usage_error(tmp_path, "world9")
     assert "--max-world-size" in line and "9" in line
 
 
@@ -122,8 +91,8 @@ def _cells(report: Path) -> dict[tuple[str, str, str], dict[str, int]]:
     return cells
 
 
-def test_wrong_backend_is_caught(runs: Runs) -> None:
-    rc, out, err = runs.result("wrongsum")
+def test_wrong_backend_is_caught(tmp_path: Path) -> None:
+    rc, out, err = run_scenario(tmp_path, "wrongsum")
     text = out + err
     assert rc == pytest.ExitCode.TESTS_FAILED, text[-4000:]
     for cell in WRONG_CELLS:
@@ -132,7 +101,7 @@ def test_wrong_backend_is_caught(runs: Runs) -> None:
     assert "2 failed" in text
     # a finding names where it ran (torch; on GPUs also CUDA, NCCL, driver and device)
     assert "ranks ran on: torch " in text and "| backend wrongsum |" in text, text[-4000:]
-    report = runs.reports / "wrongsum" / "capability-wrongsum.json"
+    report = tmp_path / "reports" / "wrongsum" / "capability-wrongsum.json"
     cells = _cells(report)
     assert set(cells) == {("all_reduce", "float32", "sum"), ("all_reduce", "int32", "sum")}
     for counts in cells.values():
@@ -143,20 +112,20 @@ def test_wrong_backend_is_caught(runs: Runs) -> None:
     assert data["metadata"]["ranks"]["backend"] == "wrongsum" and data["metadata"]["ranks"]["torch"]
     details = [d for rec in data["cells"] for o, d in rec["details"].items() if o == "FAIL"]
     assert details and all(d.startswith("wrong result") for d in details)
-    md = (runs.reports / "wrongsum" / "capability-wrongsum.md").read_text()
+    md = (tmp_path / "reports" / "wrongsum" / "capability-wrongsum.md").read_text()
     assert "| float32 | FAIL |" in md and "| int32 | FAIL |" in md
     assert "Ranks ran on: torch " in md
 
 
-def test_gloo_selection_passes_and_writes_the_report(runs: Runs) -> None:
-    rc, out, err = runs.result("gloo")
+def test_gloo_selection_passes_and_writes_the_report(tmp_path: Path) -> None:
+    rc, out, err = run_scenario(tmp_path, "gloo")
     text = out + err
     assert rc == pytest.ExitCode.OK, text[-4000:]
     summary = [line for line in text.splitlines() if "deselected" in line][-1]
     counts = {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", summary)}
     # barrier passes; broadcast passes, or XFAILs where it drew a strided view (finding gloo-strided-views)
     assert counts.get("passed", 0) >= 1 and counts.get("passed", 0) + counts.get("xfailed", 0) == 2, summary
-    directory = runs.reports / "gloo"
+    directory = tmp_path / "reports" / "gloo"
     md, js = directory / "capability-gloo.md", directory / "capability-gloo.json"
     assert md.is_file() and js.is_file()
     cells = _cells(js)

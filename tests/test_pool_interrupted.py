@@ -252,16 +252,14 @@ DYING_RANKS = '''
 
 
 def test_a_dying_rank_fails_its_own_test_and_a_dying_last_test_fails_the_run(tmp_path) -> None:
-    import os
     import subprocess
     import sys
     import textwrap
-    from pathlib import Path
+
+    from tests.processes import child_env
 
     (tmp_path / "test_dying.py").write_text(textwrap.dedent(DYING_RANKS).lstrip())
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent.parent),
-                                         *filter(None, [env.get("PYTHONPATH")])])
+    env = child_env()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "-p", "no:xdist",
                            "--rootdir", str(tmp_path), str(tmp_path)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)

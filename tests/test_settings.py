@@ -2,12 +2,13 @@
 plugin's options (--max-world-size, --rank-timeout), `simgpu run`, SIMGPU_FAULTS and SIMGPU_STRICT_TIMEOUT."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.processes import child_env
 
 from simgpu import settings
 from simgpu.pool import Binding, RankPool
@@ -43,13 +44,6 @@ def test_a_pool_refuses_bad_values_before_starting_a_rank(kwargs: dict, binding:
         RankPool(2, binding, **kwargs)
 
 
-def _env(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
-    env.update(extra)
-    return env
-
-
 @pytest.mark.parametrize("suite, args, env, message", [
     ("conformance", ["--max-world-size", "0"], {}, "ERROR: --max-world-size must be between 1 and 8, got 0"),
     ("conformance", ["--rank-timeout", "0"], {}, "ERROR: --rank-timeout must be a finite number of seconds > 0, got 0.0"),
@@ -66,7 +60,7 @@ def test_pytest_stops_before_any_test_in_one_line(suite: str, args: list[str], e
     (tmp_path / "test_nothing.py").write_text("def test_nothing(ranks):\n    pass\n")
     target, cwd = (str(ROOT / "conformance"), ROOT) if suite == "conformance" else (str(tmp_path), tmp_path)
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args, target],
-                          cwd=cwd, env=_env(**env), capture_output=True, text=True, timeout=300)
+                          cwd=cwd, env=child_env(**env), capture_output=True, text=True, timeout=300)
     assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
     lines = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.strip()]
     assert lines[0].startswith(message) and len(lines) == 1, lines
@@ -77,7 +71,7 @@ def test_simgpu_run_checks_the_environment_before_starting_the_program(tmp_path:
     script = tmp_path / "prog.py"
     script.write_text(f"open({str(marker)!r}, 'w').close()\n")
     done = subprocess.run([sys.executable, "-m", "simgpu", "run", "--gpus", "1", str(script)], cwd=ROOT,
-                          env=_env(SIMGPU_STRICT_TIMEOUT="-1"), capture_output=True, text=True, timeout=300)
+                          env=child_env(SIMGPU_STRICT_TIMEOUT="-1"), capture_output=True, text=True, timeout=300)
     assert done.returncode == 1 and not marker.exists()
     assert done.stderr.strip() == ("simgpu run: SIMGPU_STRICT_TIMEOUT must be a finite number of seconds > 0, "
                                    "got '-1'")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import textwrap
 import time
@@ -22,8 +21,8 @@ from simgpu import Binding, RankPool, RankPoolError, faults
 from simgpu.outcomes import RanksFailed
 from realgpu.leases import Lease
 from simgpu.testing import FunctionRef, Ranks, _call_on_rank, _skip_without_gpus, _sys_path_root
+from tests.processes import REPO, child_env, run_bounded, run_once
 
-REPO = Path(__file__).resolve().parent.parent
 MISMATCH = "simgpu.strict.CollectiveMismatch"
 
 
@@ -231,45 +230,27 @@ BAD_MARKER = '''
 '''
 
 
-class UserRun:
-    """One pytest subprocess over a user's suite (three files above) and the project's examples/, under
-    xdist (`-n 2 --dist loadfile`: each file's tests in order on one worker). It starts with this module,
-    so it overlaps the in-process tests; result() waits for it."""
-
-    def __init__(self, tmp: Path):
-        for name, text in [("test_broken.py", BROKEN), ("test_across_tests.py", ACROSS_TESTS),
-                           ("test_bad_marker.py", BAD_MARKER)]:
-            (tmp / name).write_text(textwrap.dedent(text).lstrip())
-        env = dict(os.environ)
-        for key in ("CI", "SIMGPU_PROFILE", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER"):
-            env.pop(key, None)
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "--rootdir", str(tmp),
-             "-n", "2", "--dist", "loadfile", "--continue-on-collection-errors", str(tmp), str(REPO / "examples")],
-            cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.out: str | None = None
-
-    def result(self) -> tuple[int, str]:
-        if self.out is None:
-            self.out, _ = self.proc.communicate(timeout=240)
-        return self.proc.returncode, self.out
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.communicate()
+def _run_user_suite(tmp: Path) -> dict:
+    """One pytest run over a user's suite (the three files above) and the project's examples/, under xdist
+    (`-n 2 --dist loadfile`: each file's tests in order on one worker); its exit code and output."""
+    for name, text in [("test_broken.py", BROKEN), ("test_across_tests.py", ACROSS_TESTS),
+                       ("test_bad_marker.py", BAD_MARKER)]:
+        (tmp / name).write_text(textwrap.dedent(text).lstrip())
+    done = run_bounded([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "--rootdir", str(tmp),
+                        "-n", "2", "--dist", "loadfile", "--continue-on-collection-errors", str(tmp),
+                        str(REPO / "examples")], 240, cwd=tmp, env=child_env())
+    return {"rc": done.returncode, "out": done.stdout + done.stderr}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def user_run(tmp_path_factory: pytest.TempPathFactory):
-    run = UserRun(tmp_path_factory.mktemp("user_suite"))
-    yield run
-    run.close()
+@pytest.fixture
+def user_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str]:
+    """The user suite's result, run once for all the tests that read it."""
+    result = run_once(tmp_path_factory, "user_suite", _run_user_suite)
+    return result["rc"], result["out"]
 
 
-def test_the_examples_pass_under_xdist(user_run: UserRun) -> None:
-    rc, out = user_run.result()
+def test_the_examples_pass_under_xdist(user_run: tuple[int, str]) -> None:
+    rc, out = user_run
     assert re.search(r"\b2 failed, 13 passed, 1 skipped, [12] errors?\b", out), out[-4000:]
     assert not re.search(r"^(FAILED|ERROR) \S*(test_my_allreduce|test_ranks_guide)", out, re.M), out[-4000:]
     passed = re.findall(r"^PASSED \S*?((?:test_my_allreduce|test_ranks_guide)\.py::\S+)", out, re.M)
@@ -279,8 +260,8 @@ def test_the_examples_pass_under_xdist(user_run: UserRun) -> None:
                      re.M), out[-4000:]  # the skip is reported at the user's test, not inside simgpu
 
 
-def test_a_wrong_value_on_rank_1_names_rank_1_and_shows_its_assertion(user_run: UserRun) -> None:
-    rc, out = user_run.result()
+def test_a_wrong_value_on_rank_1_names_rank_1_and_shows_its_assertion(user_run: tuple[int, str]) -> None:
+    rc, out = user_run
     assert rc == pytest.ExitCode.TESTS_FAILED, out[-4000:]
     failure = out.split("_ test_broadcast_keeps_my_rank _", 1)[1].split("short test summary")[0]
     assert "RanksFailed: 1 of 2 rank(s) failed; rank 1 first (AssertionError)" in failure, out[-4000:]
@@ -289,8 +270,8 @@ def test_a_wrong_value_on_rank_1_names_rank_1_and_shows_its_assertion(user_run: 
     assert "simgpu/outcomes.py" not in failure.split("--- rank 1 traceback ---")[0]  # no plumbing frames
 
 
-def test_faults_stay_in_their_test_and_a_killed_rank_is_replaced(user_run: UserRun) -> None:
-    rc, out = user_run.result()
+def test_faults_stay_in_their_test_and_a_killed_rank_is_replaced(user_run: tuple[int, str]) -> None:
+    rc, out = user_run
     for name in ("test_1_arms_a_fault_that_never_fires", "test_2_runs_clean", "test_4_gets_fresh_ranks"):
         assert re.search(rf"^PASSED \S*test_across_tests.py::{name}$", out, re.M), out[-4000:]
     assert re.search(r"^FAILED \S*test_across_tests.py::test_3_loses_rank_1 ", out, re.M), out[-4000:]
@@ -298,8 +279,8 @@ def test_faults_stay_in_their_test_and_a_killed_rank_is_replaced(user_run: UserR
     assert "RankPoolError: rank pool crash: rank 1 was killed by SIGKILL" in failure, out[-4000:]
 
 
-def test_a_bad_world_size_marker_is_a_collection_error_naming_the_test(user_run: UserRun) -> None:
-    rc, out = user_run.result()
+def test_a_bad_world_size_marker_is_a_collection_error_naming_the_test(user_run: tuple[int, str]) -> None:
+    rc, out = user_run
     assert ("test_bad_marker.py::test_bad: @pytest.mark.world_size takes world sizes as ints >= 1, "
             "got ('4',)") in out, out[-4000:]
 
