@@ -226,8 +226,8 @@ def write_scripts(tmp_path: Path) -> Path:
     return script
 
 
-def pytest_argv(report_dir: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "pytest", "conformance", "--backend=sim", "-p", "no:cacheprovider", "-q",
+def pytest_argv(report_dir: Path, *extra: str, suite: str = "conformance") -> list[str]:
+    return [sys.executable, "-m", "pytest", suite, "--backend=sim", "-p", "no:cacheprovider", "-q",
             f"--report-dir={report_dir}", *extra]
 
 
@@ -274,7 +274,7 @@ def test_pytest_ctrl_c(tmp_path, marked):
     assert_nothing_left(m)
 
 
-FEW_CELLS = "all_reduce-float32-sum or all_gather-float32"  # 7 tests: each worker gets some, the run is short
+FEW_CELLS = "[all_reduce-float32-sum] or [all_gather-float32]"  # 2 tests of test_collectives.py: one per worker
 
 
 def _xdist_workers(pytest_pid: int) -> list[int]:
@@ -300,7 +300,7 @@ def _worker_with_ranks(pytest_pid: int, timeout: float = 60.0) -> int:
 
 
 def test_xdist_worker_sigkilled(tmp_path, marked):
-    m = marked(pytest_argv(tmp_path, "-n", "2", "-k", FEW_CELLS), new_session=True)
+    m = marked(pytest_argv(tmp_path, "-n", "2", "-k", FEW_CELLS, suite="conformance/test_collectives.py"), new_session=True)
     worker = _worker_with_ranks(m.proc.pid)
     doomed = [worker, *descendants(worker)]  # the worker, its fork server and its ranks
     os.kill(worker, signal.SIGKILL)
@@ -311,7 +311,7 @@ def test_xdist_worker_sigkilled(tmp_path, marked):
 
 
 def test_xdist_controller_sigkilled(tmp_path, marked):
-    m = marked(pytest_argv(tmp_path, "-n", "2", "-k", FEW_CELLS), new_session=True)
+    m = marked(pytest_argv(tmp_path, "-n", "2", "-k", FEW_CELLS, suite="conformance/test_collectives.py"), new_session=True)
     _worker_with_ranks(m.proc.pid)
     m.proc.send_signal(signal.SIGKILL)
     m.finish(60)
