@@ -255,7 +255,8 @@ class SimProcessGroup(dist.ProcessGroup):
                                      signer=self._strict)
         self._p2p = P2PChecker(self._strict, label=self._label, global_rank=self._global_rank)
         self._local = threading.local()  # .checked, .ticket: the current call has posted its strict check
-        self._issuer = Issuer(self._strict.settle, name=f"simgpu-issue-{rank}", guard=suspended)
+        self._issuer = Issuer(self._strict.settle, name=f"simgpu-issue-{rank}", guard=suspended,
+                              drain_seconds=timeout.total_seconds())
         if size > 1:  # the check's store connections, made now rather than at a first call: a rank whose
             self._strict.connect()  # first call is refused must tell the others at once (StrictChecker.reject)
         self._loopback: collections.deque = collections.deque()  # messages this rank sent to itself, in order
@@ -871,8 +872,10 @@ class SimProcessGroup(dist.ProcessGroup):
             batch.append(work)
 
     def shutdown(self) -> None:
+        """destroy_process_group: the collectives already issued finish first (Issuer.finish), as they do on
+        NCCL; shutting gloo down under them closed the connections a peer still waited on."""
         comm_log.flush()
-        self._issuer.stop()
+        self._issuer.finish()
         self._gloo.shutdown()
 
     def abort(self) -> None:

@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 Start = Callable[[], dist.Work]
 _STOP = object()
-_EXIT_WAIT = 5.0  # seconds an issuer may take to finish at interpreter exit
+_DRAIN_DEFAULT = 300.0  # seconds an issuer may take to finish (shutdown, exit) when its group gives no timeout
 _LIVE: "weakref.WeakSet[Issuer]" = weakref.WeakSet()
 _ON_ISSUER = threading.local()  # .active is set on issuer threads
 
@@ -86,6 +86,13 @@ class Deferred:
     def _source_rank(self) -> int:
         return self._work()._source_rank()
 
+    def finish_started(self, timeout: float) -> None:
+        """Wait up to `timeout` seconds for the gloo operation, if the check passed and it started; its error,
+        if any, is left to the program's own wait()."""
+        if self._settled.is_set() and self._inner is not None and not self._inner.is_completed():
+            with contextlib.suppress(Exception):
+                self._inner.wait(timedelta(seconds=timeout))
+
     def get_future(self) -> torch.futures.Future:
         """A future that completes with the gloo operation's (or fails with the check's error)."""
         future: torch.futures.Future = torch.futures.Future()
@@ -121,8 +128,10 @@ class Issuer:
     """
 
     def __init__(self, settle: Callable[[Any], Any], name: str,
-                 guard: Callable[[], ContextManager[Any]] = contextlib.nullcontext) -> None:
+                 guard: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
+                 drain_seconds: float = _DRAIN_DEFAULT) -> None:
         self._settle = settle
+        self._drain_seconds = drain_seconds
         self._guard = guard
         self._name = name
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -158,19 +167,19 @@ class Issuer:
         if thread is not None and wait > 0:
             thread.join(wait)
 
-    def finish(self, wait: float) -> None:
-        """Start what is queued and wait up to `wait` seconds for the gloo operations started here to end:
-        a program that exits without waiting for its last collectives still takes part in them, as its
-        NCCL kernels would run to the end, and no gloo operation is in flight when the process goes."""
-        deadline = time.monotonic() + wait
-        self.stop(wait)
+    def finish(self) -> None:
+        """Start what is queued and wait for the gloo operations started here to end, as NCCL's comm destroy
+        and a process's last kernels do: a rank that shuts its group down or exits right after issuing its
+        last collective (funcol's all_reduce that only rank 0 reads) still takes part in it, and no gloo
+        operation is in flight when the process goes. Bounded by the group's timeout: a check that cannot
+        pass ends at the strict deadline, a started operation whose peer died fails at once."""
+        deadline = time.monotonic() + self._drain_seconds
+        self.stop(self._drain_seconds)
         for handle in list(self._started):
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            with contextlib.suppress(Exception):  # its error belongs to the program, which did not ask
-                if handle._settled.is_set() and handle._inner is not None and not handle._inner.is_completed():
-                    handle._inner.wait(timedelta(seconds=left))
+            handle.finish_started(left)
 
     def _run(self) -> None:
         _ON_ISSUER.active = True
@@ -201,4 +210,4 @@ def _stop_all() -> None:
     is unwound by force, which C++ turns into std::terminate (SIGABRT), and a gloo operation still in
     flight then aborts the process the same way."""
     for issuer in list(_LIVE):
-        issuer.finish(wait=_EXIT_WAIT)
+        issuer.finish()

@@ -478,6 +478,22 @@ def async_mismatch_raises_at_wait(ctx):
 
 
 @case
+def destroy_right_after_issuing(ctx):
+    """Rank 1 issues an all_reduce on a subgroup and destroys the group without waiting (funcol programs whose
+    last all_reduce only rank 0 reads); rank 0 comes late and still gets the sum, as on NCCL."""
+    group = dist.new_group([0, 1])
+    t = torch.full((2,), float(ctx.rank + 1))
+    if ctx.rank == 1:
+        work = dist.all_reduce(t, group=group, async_op=True)
+        dist.destroy_process_group(group)  # rank 0 has not issued yet: this waits for it, as NCCL's destroy does
+        return work.is_completed(), t.tolist()
+    time.sleep(1.0)
+    dist.all_reduce(t, group=group)
+    dist.destroy_process_group(group)
+    return t.tolist()
+
+
+@case
 def one_rank_refuses(ctx):
     t = torch.zeros(3, 2).t() if ctx.rank == 1 else torch.zeros(2, 3)
     dist.all_reduce(t)
@@ -732,6 +748,10 @@ def test_an_async_mismatch_is_raised_by_wait_on_every_rank(pool2):
     for kind, message in values(pool2.run(rank_call, "async_mismatch_raises_at_wait")):
         assert kind == "CollectiveMismatch" and "'numel' differs" in message, message
         assert f"test_sim_backend.py:{_line_of('site-async')}" in message, message
+
+
+def test_destroying_a_group_lets_its_issued_collectives_finish(pool2):
+    assert values(pool2.run(rank_call, "destroy_right_after_issuing")) == [[3.0, 3.0], (True, [3.0, 3.0])]
 
 
 def test_mismatched_split_sizes(pool2):
