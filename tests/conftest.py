@@ -16,6 +16,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "full: a larger size or another seed of a test that runs by default; "
                                        "runs with --full")
+    # tests import conformance/test_collectives.py, whose cells carry the suite's marker (conformance/plugin.py)
+    config.addinivalue_line("markers", "conformance: a conformance property test (one matrix cell)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
