@@ -1,7 +1,7 @@
 """The project's own tests come in two tiers. The README's test command runs every test at its smallest
-size: each example program at one GPU count, each broken backend on one hypothesis seed. `--full` adds
-the rest (tests marked `full`): the other GPU counts and seeds. CI runs both; `-m full --full` runs
-only the second tier."""
+size: each example program at one GPU count, each broken backend on one hypothesis seed, the input-class
+search on one dtype per collective. `--full` adds the rest (tests marked `full`, see tests/tiers.py): the
+other GPU counts, seeds and dtypes. CI runs both; `-m full --full` runs only the second tier."""
 from __future__ import annotations
 
 import pytest
@@ -10,7 +10,7 @@ import pytest
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--full", action="store_true",
                      help="also run the tests marked full: every example program at every GPU count, "
-                          "each broken backend on three hypothesis seeds")
+                          "each broken backend on three hypothesis seeds, every dtype of the input-class search")
 
 
 def pytest_configure(config: pytest.Config) -> None:

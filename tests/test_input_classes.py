@@ -24,6 +24,7 @@ from conformance.spec import Case, Cell, all_specs
 from conformance.strategies import world_sizes
 from conformance.tensors import make
 from conformance.test_collectives import matrix_cells
+from tests.tiers import first_then_full
 
 SEARCH = settings(max_examples=2000, database=None, deadline=None, phases=(Phase.generate,))
 ROOTED = frozenset({"broadcast", "reduce", "gather", "scatter", "broadcast_object_list", "gather_object",
@@ -89,12 +90,10 @@ def _cells() -> list:
     for c in matrix_cells(NCCL):
         if "." not in c.collective and needed(c.collective):
             first.setdefault((c.collective, c.dtype), c)
-    seen: set[str] = set()
-    params = []
+    by_collective: dict[str, list[Cell]] = {}
     for cell in first.values():
-        params.append(pytest.param(cell, id=cell.id(), marks=pytest.mark.full if cell.collective in seen else ()))
-        seen.add(cell.collective)
-    return params
+        by_collective.setdefault(cell.collective, []).append(cell)
+    return [param for cells in by_collective.values() for param in first_then_full(cells, [c.id() for c in cells])]
 
 
 @pytest.mark.parametrize("cell", _cells())
