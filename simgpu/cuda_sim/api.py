@@ -9,17 +9,18 @@ raises SimulationError with one line naming it.
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
 import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
 
-from simgpu.cuda_sim import devices, legacy_types
+from simgpu.cuda_sim import devices, generators, legacy_types
 from simgpu.cuda_sim.devices import SimulationError
 
 CAPABILITY = (9, 0)
-CUDA_DEFAULT_SEED = 67280421310721  # what every CUDA generator starts from, as in torch
 
 
 def _index(device: Any = None, optional: bool = True) -> int:
@@ -262,54 +263,9 @@ def stream(s: Stream | None) -> Iterator[None]:
         yield
 
 
-# ---- random numbers: one generator per simulated device, with CUDA's (seed, offset) state ----
-class DeviceGenerator:
-    """A simulated GPU's random stream, shaped like CUDA's Philox generator: its state is 16 bytes,
-    a seed and an offset, and a draw of n numbers is a function of (seed, offset) that moves the
-    offset on by n rounded up to 4. DTensor's random ops set that offset to give each shard its own
-    numbers, so the state must be this one. The numbers themselves are a CPU generator's, seeded
-    from (seed, offset): the same on every run, not CUDA's."""
-
-    def __init__(self) -> None:
-        self.seed = CUDA_DEFAULT_SEED
-        self.offset = 0
-
-    def manual_seed(self, seed: int) -> None:
-        self.seed, self.offset = int(seed) % 2**64, 0
-
-    def draw(self) -> torch.Generator:
-        """The CPU generator for the next draw (advance() moves past it)."""
-        return torch.Generator().manual_seed((self.seed * 0x9E3779B97F4A7C15 + self.offset) % 2**63)
-
-    def advance(self, count: int) -> None:
-        self.offset += (count + 3) // 4 * 4
-
-    def get_state(self) -> torch.Tensor:
-        signed_seed = self.seed - 2**64 if self.seed >= 2**63 else self.seed
-        return torch.tensor([signed_seed, self.offset], dtype=torch.int64).view(torch.uint8)
-
-    def run(self, call: Any) -> Any:
-        """Run `call(generator)` as one draw: outputs' numbers come from this stream's next offset."""
-        out = call(self.draw())
-        self.advance(sum(t.numel() for t in (out if isinstance(out, (list, tuple)) else [out])
-                         if isinstance(t, torch.Tensor)))
-        return out
-
-    def set_state(self, state: torch.Tensor) -> None:
-        if state.dtype != torch.uint8 or state.numel() != 16:
-            raise RuntimeError(f"RNG state must be a torch.ByteTensor of 16 bytes (seed, offset) for a CUDA "
-                               f"generator (simgpu: got {state.dtype} with {state.numel()} elements)")
-        seed, offset = state.cpu().view(torch.int64).tolist()
-        self.seed, self.offset = seed % 2**64, offset
-
-
-_generators: dict[int, DeviceGenerator] = {}
-
-
-def generator(index: int) -> DeviceGenerator:
-    if index not in _generators:
-        _generators[index] = DeviceGenerator()
-    return _generators[index]
+# ---- random numbers: one generator per simulated device (generators.py) ----
+def generator(index: int) -> generators.CudaGenerator:
+    return generators.default(index)
 
 
 def manual_seed(seed: int) -> None:
@@ -322,15 +278,16 @@ def manual_seed_all(seed: int) -> None:
 
 
 def seed() -> None:
-    manual_seed(torch.Generator().seed())
+    generator(devices.current()).seed()
 
 
 def seed_all() -> None:
-    manual_seed_all(torch.Generator().seed())
+    chosen = generator(devices.current()).seed()
+    manual_seed_all(chosen)
 
 
 def initial_seed() -> int:
-    return generator(devices.current()).seed
+    return generator(devices.current()).initial_seed()
 
 
 def get_rng_state(device: Any = "cuda") -> torch.Tensor:
@@ -389,6 +346,7 @@ def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None
     _index(device)
     if not 0 <= fraction <= 1:
         raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+    _fractions[_index(device)] = float(fraction)
 
 
 def can_device_access_peer(device: Any, peer_device: Any) -> bool:
@@ -432,6 +390,44 @@ def _unsupported(what: str) -> Any:
     return refuse
 
 
+_fractions: dict[int, float] = {}
+
+
+def _idle_percent(device: Any = None) -> int:
+    """nvidia-smi's busy percentages: a simulated GPU runs no kernels, so 0."""
+    _index(device)
+    return 0
+_sync_debug_mode = [0]
+_SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
+
+
+def _set_sync_debug_mode(mode: int | str) -> None:
+    """CUDA's synchronisation debug mode is kept and reported; a CPU never synchronises with a device."""
+    if isinstance(mode, str):
+        if mode not in _SYNC_DEBUG_MODES:
+            raise RuntimeError("invalid value of debug_mode, expected one of `default`, `warn`, `error`")
+        mode = _SYNC_DEBUG_MODES[mode]
+    _sync_debug_mode[0] = int(mode)
+
+
+def _nested(stats: dict[str, Any]) -> dict[str, Any]:
+    """memory_stats' flat 'a.b.c' keys as CUDA's nested dictionary."""
+    nested: dict[str, Any] = {}
+    for key, value in stats.items():
+        *path, last = key.split(".")
+        node = nested
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return nested
+
+
+def _host_memory_stats() -> dict[str, int]:
+    """Pinned host memory is ordinary host memory here: the pinned allocator holds nothing."""
+    return {f"{kind}.{stat}": 0 for kind in ("allocations", "allocated_bytes", "active_requests", "active_bytes")
+            for stat in ("current", "peak", "allocated", "freed")}
+
+
 TORCH_CUDA = {
     "is_available": is_available, "device_count": device_count, "current_device": current_device,
     "set_device": set_device, "device": device, "device_of": device_of,
@@ -452,11 +448,19 @@ TORCH_CUDA = {
     "reset_max_memory_allocated": reset_peak_memory_stats, "reset_max_memory_cached": reset_peak_memory_stats,
     "reset_accumulated_memory_stats": _nothing, "memory_cached": memory_allocated,
     "max_memory_cached": max_memory_allocated, "can_device_access_peer": can_device_access_peer,
-    "CUDAGraph": _unsupported("CUDA graphs (torch.cuda.CUDAGraph)"),
-    "graph": _unsupported("CUDA graph capture (torch.cuda.graph)"),
-    "make_graphed_callables": _unsupported("CUDA graphs (torch.cuda.make_graphed_callables)"),
+    "_lazy_call": lambda callable, **kwargs: callable(),  # simulated GPUs are ready at once: nothing is queued
+    "get_gencode_flags": lambda: "-gencode compute=compute_90,code=sm_90", "has_half": True, "has_magma": True,
+    "get_per_process_memory_fraction": lambda device=None: _fractions.get(_index(device), 1.0),
+    "get_sync_debug_mode": lambda: _sync_debug_mode[0], "set_sync_debug_mode": lambda mode: _set_sync_debug_mode(mode),
+    "get_allocator_backend": lambda: "native", "caching_allocator_enable": lambda value=True: None,
+    "caching_allocator_disabled": contextlib.nullcontext, "memory_snapshot": lambda *args, **kwargs: [],
+    "memory_stats_as_nested_dict": lambda device=None: _nested(memory_stats(device)),
+    "list_gpu_processes": lambda device=None: f"GPU:{_index(device)}\nno processes are running",
+    "utilization": _idle_percent, "memory_usage": _idle_percent,
+    "device_memory_used": lambda device=None: memory_allocated(device),
+    "host_memory_stats": lambda: _host_memory_stats(), "host_memory_stats_as_nested_dict": lambda: _nested(_host_memory_stats()),
+    "reset_accumulated_host_memory_stats": _nothing, "reset_peak_host_memory_stats": _nothing,
 }
-
 
 def _accelerator(check_available: bool = False) -> torch.device:
     return torch.device("cuda")
@@ -469,6 +473,10 @@ TORCH_ACCELERATOR = {
     "current_stream": current_stream, "set_stream": set_stream, "synchronize": synchronize,
     "memory_allocated": memory_allocated, "max_memory_allocated": max_memory_allocated,
     "reset_peak_memory_stats": reset_peak_memory_stats, "empty_cache": empty_cache,
+    "get_device_capability": lambda device=None: {"major": CAPABILITY[0], "minor": CAPABILITY[1]},
+    "get_memory_info": lambda device=None: mem_get_info(device), "memory_reserved": memory_allocated,
+    "max_memory_reserved": max_memory_allocated, "memory_stats": lambda device=None: memory_stats(device),
+    "reset_accumulated_memory_stats": _nothing, "empty_host_cache": _nothing,
 }
 
 
@@ -483,13 +491,22 @@ _TorchDevice = torch.device
 class device_constructor(metaclass=_DeviceMeta):
     """torch.device as CUDA builds construct it: a bare index means that CUDA device.
 
-    Returns real torch.device objects; isinstance(x, torch.device) keeps working.
+    Returns real torch.device objects; isinstance(x, torch.device) keeps working. It is named
+    torch.device, so a pickle that refers to it (a checkpoint of a DTensor) names torch.device, as
+    one written on CUDA does, and loads where simgpu is not installed.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> torch.device:  # type: ignore[misc]
         if len(args) == 1 and not kwargs and isinstance(args[0], int) and not isinstance(args[0], bool):
             return _TorchDevice("cuda", args[0])
         return _TorchDevice(*args, **kwargs)
+
+
+device_constructor.__module__, device_constructor.__name__, device_constructor.__qualname__ = "torch", "device", "device"
+SIMULATED_CUDA_VERSION = "12.8"  # torch.version.cuda: libraries branch on it (DDP's bf16 compression hook)
+# the torch.cuda submodules that call these functions through their own imported names
+CUDA_SUBMODULES = ("torch.cuda.memory", "torch.cuda.random", "torch.cuda.graphs", "torch.cuda.streams",
+                   "torch.cuda.profiler", "torch.cuda.jiterator", "torch.cuda.tunable")
 
 
 class _NvtxRanges:
@@ -510,36 +527,21 @@ class _NvtxRanges:
         return 0
 
 
-class Generator(torch.Generator):
-    """torch.Generator(device="cuda") as a CUDA build makes it: seeded and passed to ops on a
-    simulated GPU (its numbers are a CPU generator's)."""
-
-    def __new__(cls, device: Any = "cpu") -> Any:
-        index = devices.resolve(device) if device is not None else None
-        if index is None:
-            return torch._C.Generator(device)
-        generator = super().__new__(cls)
-        generator._simgpu_index = index
-        return generator
-
-    def __init__(self, device: Any = "cpu") -> None:
-        pass
-
-    @property
-    def device(self) -> torch.device:  # type: ignore[override]
-        return torch.device("cuda", self._simgpu_index)
-
-
 def install() -> None:
     """Replace torch.cuda's and torch.accelerator's functions with the simulated ones."""
     import torch.cuda
     import torch.cuda.memory
     import torch.cuda.nvtx
 
+    submodules = [importlib.import_module(name) for name in CUDA_SUBMODULES if importlib.util.find_spec(name)]
     for name, value in TORCH_CUDA.items():
         setattr(torch.cuda, name, value)
-        if hasattr(torch.cuda.memory, name):  # its own functions call each other through this module
-            setattr(torch.cuda.memory, name, value)
+        for module in submodules:  # torch.cuda.random's get_rng_state calls its own `current_device`
+            if hasattr(module, name):
+                setattr(module, name, value)
+    torch.cuda.default_generators = generators.defaults(devices.count())
+    torch.version.cuda = SIMULATED_CUDA_VERSION
+    torch.backends.cuda.is_built = lambda: True
     ranges = _NvtxRanges()
     for name in ("range_push", "range_pop", "range_start"):
         setattr(torch.cuda.nvtx, name, getattr(ranges, name))
@@ -547,7 +549,7 @@ def install() -> None:
     torch.cuda.nvtx.mark = _nothing
     for name, legacy in legacy_types.CUDA_TYPES.items():  # torch.cuda.FloatTensor(3), isinstance(t, ...)
         setattr(torch.cuda, name, legacy)
-    torch.Generator = Generator  # type: ignore[misc]
+    torch.Generator = generators.Generator  # type: ignore[misc]
     torch.cuda._initialized = True
     if hasattr(torch, "accelerator"):
         for name, value in TORCH_ACCELERATOR.items():

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from simgpu.cuda_sim import devices
+from simgpu.cuda_sim import devices, generators
 from simgpu.cuda_sim.cuda_kernels import STAND_INS
 
 aten = torch.ops.aten
@@ -201,10 +201,10 @@ class PlacementMode(TorchDispatchMode):
             kwargs = {**kwargs, "device": _CPU}
         if target is None:
             return op.run(*args, **kwargs)
-        if op.random and kwargs.get("generator") is None:
-            from simgpu.cuda_sim import api
-
-            return label(api.generator(target).run(lambda g: op.run(*args, **{**kwargs, "generator": g})), target)
+        if op.random:
+            stream = generators.stream_for(kwargs.get("generator"), target)
+            if stream is not None:
+                return label(stream.run(lambda g: op.run(*args, **{**kwargs, "generator": g})), target)
         return label(op.run(*args, **kwargs), target)
 
 

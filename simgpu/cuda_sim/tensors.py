@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from simgpu.cuda_sim import api, attention, devices, legacy_types, placement
+from simgpu.cuda_sim import attention, devices, generators, legacy_types, placement
 from simgpu.cuda_sim.placement import suspended  # noqa: F401  (the simulator's plumbing imports it from here)
 
 TensorBase = torch._C.TensorBase
@@ -125,17 +125,17 @@ _original: dict[str, Callable] = {}
 
 
 def _cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> torch.Tensor:
-    if not _plain(self):
-        return _original["cuda"](self, device, non_blocking, **kwargs)
     index = devices.current() if device is None else devices.resolve(device)
     if index is None:
         raise RuntimeError(f"Invalid device, must be cuda device (got {device!r})")
+    if not _plain(self):  # DTensor.cuda(): torch's own method would ask the CUDA runtime for the device
+        return _subclass_to(self, (_cuda_device(index),), kwargs)
     return _transfer(self, index)
 
 
 def _cpu(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    if not _plain(self):
-        return _original["cpu"](self, *args, **kwargs)
+    if not _plain(self):  # DTensor, AsyncCollectiveTensor: a host result, as on CUDA
+        return _subclass_to(self, ("cpu",), {})
     return _transfer(self, None)
 
 
@@ -145,6 +145,8 @@ def _parse_to(args: tuple, kwargs: dict) -> tuple[Any, dict]:
     rest = list(args)
     kwargs = dict(kwargs)
     target: Any = None
+    if len(rest) > 1 and rest[0] is None:  # to(None, torch.bfloat16): no device, then the dtype (nn.Module.to)
+        rest.pop(0)
     if rest and isinstance(rest[0], torch.Tensor):
         other = rest.pop(0)
         index = devices.device_of(other)
@@ -240,8 +242,17 @@ def _pin_memory(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
                            f"(simgpu: tensor on cuda:{index})")
     with suspended():
         pinned = self.clone(memory_format=torch.preserve_format)
-    pinned.untyped_storage()._simgpu_pinned = True
-    return pinned
+    return _pinned(pinned)
+
+
+def _pinned(t: Any) -> Any:
+    """Mark a host tensor's storage pinned (host memory is host memory here; is_pinned() reports it)."""
+    if isinstance(t, torch.Tensor):
+        if devices.device_of(t) is not None:
+            raise RuntimeError("pin_memory=True is only for host tensors (simgpu: the result is on a simulated GPU; "
+                               "CUDA refuses a pinned GPU allocation the same way)")
+        t.untyped_storage()._simgpu_pinned = True
+    return t
 
 
 def _is_pinned(self: torch.Tensor, *args: Any, **kwargs: Any) -> bool:
@@ -298,6 +309,8 @@ class SimCudaMode(TorchFunctionMode):
             return func(*args, **kwargs)
         if func is torch._C._nn._parse_to:
             return _parse_to_for_module(args, kwargs)
+        if kwargs.get("pin_memory"):  # torch.empty(..., pin_memory=True): pinned host memory, as Tensor.pin_memory()
+            return _pinned(self.__torch_function__(func, types, args, {**kwargs, "pin_memory": False}))
         if func is torch._C._nn.scaled_dot_product_attention:
             return attention.sdpa(func, args, kwargs)
         if func is torch._C._nn.unflatten_dense_tensors:
@@ -319,8 +332,9 @@ class SimCudaMode(TorchFunctionMode):
             with placement.host_requested():  # a host result, whatever the inputs' devices
                 return func(*args, **kwargs)
         with suspended():
-            if func in _RANDOM and kwargs.get("generator") is None:  # each GPU has its own random stream
-                out = api.generator(target).run(lambda g: func(*args, **kwargs, generator=g))
+            stream = generators.stream_for(kwargs.get("generator"), target) if func in _RANDOM else None
+            if stream is not None:  # each GPU has its own random stream
+                out = stream.run(lambda g: func(*args, **{**kwargs, "generator": g}))
             else:
                 out = func(*args, **kwargs)
         return placement.label(out, target)
