@@ -393,6 +393,14 @@ def _unsupported(what: str) -> Any:
 _fractions: dict[int, float] = {}
 
 
+def check_error(res: int) -> None:
+    """torch.cuda.check_error: CudaError for a non-zero CUDA status (CUDA's message table is not here)."""
+    if res != 0:
+        error = torch.cuda.CudaError.__new__(torch.cuda.CudaError)
+        RuntimeError.__init__(error, f"CUDA error code {res} (simgpu: a simulated GPU has no CUDA runtime to name it)")
+        raise error
+
+
 def _idle_percent(device: Any = None) -> int:
     """nvidia-smi's busy percentages: a simulated GPU runs no kernels, so 0."""
     _index(device)
@@ -448,7 +456,7 @@ TORCH_CUDA = {
     "reset_max_memory_allocated": reset_peak_memory_stats, "reset_max_memory_cached": reset_peak_memory_stats,
     "reset_accumulated_memory_stats": _nothing, "memory_cached": memory_allocated,
     "max_memory_cached": max_memory_allocated, "can_device_access_peer": can_device_access_peer,
-    "_lazy_call": lambda callable, **kwargs: callable(),  # simulated GPUs are ready at once: nothing is queued
+    "check_error": check_error, "_lazy_call": lambda callable, **kwargs: callable(),  # simulated GPUs are ready at once: nothing is queued
     "get_gencode_flags": lambda: "-gencode compute=compute_90,code=sm_90", "has_half": True, "has_magma": True,
     "get_per_process_memory_fraction": lambda device=None: _fractions.get(_index(device), 1.0),
     "get_sync_debug_mode": lambda: _sync_debug_mode[0], "set_sync_debug_mode": lambda mode: _set_sync_debug_mode(mode),
@@ -527,6 +535,17 @@ class _NvtxRanges:
         return 0
 
 
+NVTX_NAMES = ("range_push", "range_pop", "range_start", "range_end", "mark")
+PROFILER_NAMES = ("start", "stop")  # cudaProfilerStart/Stop: no profiler to start, nothing is recorded
+BACKENDS_CUDA = {
+    "is_built": lambda: True,
+    # scaled_dot_product_attention runs on the host's kernels under any choice (attention.py)
+    "is_flash_attention_available": lambda: True, "can_use_flash_attention": lambda params, debug=False: True,
+    "can_use_efficient_attention": lambda params, debug=False: True,
+    "can_use_cudnn_attention": lambda params, debug=False: False, "is_ck_sdpa_available": lambda: False,
+}
+
+
 def install() -> None:
     """Replace torch.cuda's and torch.accelerator's functions with the simulated ones."""
     import torch.cuda
@@ -541,12 +560,18 @@ def install() -> None:
                 setattr(module, name, value)
     torch.cuda.default_generators = generators.defaults(devices.count())
     torch.version.cuda = SIMULATED_CUDA_VERSION
-    torch.backends.cuda.is_built = lambda: True
     ranges = _NvtxRanges()
-    for name in ("range_push", "range_pop", "range_start"):
-        setattr(torch.cuda.nvtx, name, getattr(ranges, name))
-    torch.cuda.nvtx.range_end = _nothing
-    torch.cuda.nvtx.mark = _nothing
+    for name in NVTX_NAMES:
+        setattr(torch.cuda.nvtx, name, getattr(ranges, name, _nothing))
+    import torch.cuda.profiler
+
+    for name in PROFILER_NAMES:
+        setattr(torch.cuda.profiler, name, _nothing)
+    import torch.backends.cuda
+
+    for name, value in BACKENDS_CUDA.items():
+        if hasattr(torch.backends.cuda, name):
+            setattr(torch.backends.cuda, name, value)
     for name, legacy in legacy_types.CUDA_TYPES.items():  # torch.cuda.FloatTensor(3), isinstance(t, ...)
         setattr(torch.cuda, name, legacy)
     torch.Generator = generators.Generator  # type: ignore[misc]

@@ -1,0 +1,240 @@
+"""The public CUDA surface of the installed torch, and what the simulation does with each name.
+
+Every public name of the modules in SURFACE_MODULES is, under simulation, one of:
+- simulated: simgpu puts its own implementation there (the tables in api.py and comm.py);
+- torch's own: torch's code is left as it is and is right on simulated GPUs, for the reason given
+  (an exception class, a context manager over simulated functions, a flag);
+- refused: calling it (or making one, for a class) raises SimulationError with one line naming it:
+  `simgpu: torch.cuda.X cannot run on simulated GPUs: why`. Classes stay classes, so annotations
+  such as `torch.cuda.CUDAGraph | None` still work.
+`unclassified()` lists the names of the installed torch that are in none of the three: the test
+suite fails on any, so a new torch cannot add a name that slips by (tests/test_cuda_surface.py).
+"""
+from __future__ import annotations
+
+import importlib
+import types
+from typing import Any, Callable
+
+from simgpu.cuda_sim.errors import SimulationError
+
+SURFACE_MODULES = (
+    "torch.cuda", "torch.cuda.random", "torch.cuda.memory", "torch.cuda.streams", "torch.cuda.graphs",
+    "torch.cuda.amp", "torch.cuda.nvtx", "torch.cuda.profiler", "torch.cuda.comm", "torch.cuda.nccl",
+    "torch.cuda.jiterator", "torch.cuda.tunable", "torch.cuda.sparse", "torch.cuda.gds",
+    "torch.cuda.green_contexts", "torch.accelerator", "torch.backends.cuda", "torch.backends.cudnn",
+)
+
+_GRAPHS = "CUDA graphs capture and replay GPU kernels; a CPU runs each op as it is called"
+_ALLOCATOR = "it hands out raw device pointers of CUDA's allocator, which a CPU process does not have"
+_NVML = "it reads a physical GPU's sensor through NVML"
+_TUNABLE = "TunableOp tunes CUDA GEMM kernels, which a CPU does not run"
+_SPARSE_TYPES = "legacy sparse CUDA tensor types; use torch.sparse_coo_tensor(..., device='cuda')"
+_STORAGE_TYPES = "legacy typed CUDA storages; use torch.empty(n, dtype=..., device='cuda').untyped_storage()"
+_GDS = "GPUDirect Storage reads files straight into GPU memory"
+
+REFUSED: dict[str, str] = {
+    "torch.cuda.CUDAGraph": _GRAPHS, "torch.cuda.graph": _GRAPHS, "torch.cuda.make_graphed_callables": _GRAPHS,
+    "torch.cuda.graph_pool_handle": _GRAPHS, "torch.accelerator.Graph": _GRAPHS,
+    "torch.cuda.caching_allocator_alloc": _ALLOCATOR, "torch.cuda.caching_allocator_delete": _ALLOCATOR,
+    "torch.cuda.CUDAPluggableAllocator": "a pluggable allocator is a compiled CUDA allocator library",
+    "torch.cuda.change_current_allocator": "a pluggable allocator is a compiled CUDA allocator library",
+    "torch.cuda.MemPool": "memory pools belong to CUDA's caching allocator",
+    "torch.cuda.use_mem_pool": "memory pools belong to CUDA's caching allocator",
+    "torch.cuda.ExternalStream": "it wraps a cudaStream_t made outside torch",
+    "torch.cuda.get_stream_from_external": "it wraps a cudaStream_t made outside torch",
+    "torch.cuda.GreenContext": "green contexts partition a GPU's SMs",
+    "torch.cuda.cudart": "it is the CUDA runtime library itself",
+    "torch.cuda.current_blas_handle": "it is a cuBLAS handle, a pointer into the CUDA runtime",
+    "torch.cuda.current_solver_handle": "it is a cuSOLVER handle, a pointer into the CUDA runtime",
+    "torch.cuda.temperature": _NVML, "torch.cuda.power_draw": _NVML, "torch.cuda.clock_rate": _NVML,
+    "torch.cuda.jiterator._create_jit_fn": "the jiterator compiles CUDA kernels at run time",
+    "torch.cuda.jiterator._create_multi_output_jit_fn": "the jiterator compiles CUDA kernels at run time",
+    "torch.cuda.gds.gds_register_buffer": _GDS, "torch.cuda.gds.gds_deregister_buffer": _GDS,
+    "torch.cuda.gds.GdsFile": _GDS, "torch.cuda.green_contexts.GreenContext": "green contexts partition a GPU's SMs",
+    **{f"torch.cuda.tunable.{name}": _TUNABLE for name in (
+        "enable", "is_enabled", "tuning_enable", "tuning_is_enabled", "record_untuned_enable",
+        "record_untuned_is_enabled", "set_max_tuning_duration", "get_max_tuning_duration",
+        "set_max_tuning_iterations", "get_max_tuning_iterations", "set_filename", "get_filename", "get_results",
+        "get_validators", "read_file", "tune_gemm_in_file", "mgpu_tune_gemm_in_file", "set_rotating_buffer_size",
+        "get_rotating_buffer_size", "set_numerical_check_tolerances", "write_file", "write_file_on_exit")},
+    **{f"torch.cuda.{kind}Storage": _STORAGE_TYPES for kind in (
+        "BFloat16", "Bool", "Byte", "Char", "ComplexDouble", "ComplexFloat", "Double", "Float", "Half", "Int", "Long",
+        "Short")},
+    **{f"torch.cuda.sparse.{kind}Tensor": _SPARSE_TYPES for kind in (
+        "BFloat16", "Byte", "Char", "Double", "Float", "Half", "Int", "Long", "Short")},
+    "torch.backends.cuda.cufft_plan_cache": "cuFFT plans are CUDA objects (torch.fft runs on the host's FFT)",
+    "torch.backends.cuda.cuFFTPlanCache": "cuFFT plans are CUDA objects (torch.fft runs on the host's FFT)",
+    "torch.backends.cuda.cuFFTPlanCacheManager": "cuFFT plans are CUDA objects (torch.fft runs on the host's FFT)",
+    "torch.backends.cuda.cuFFTPlanCacheAttrContextProp": "cuFFT plans are CUDA objects (torch.fft runs on the host's FFT)",
+}
+
+_OWN_EXCEPTION = "an exception class: raising and catching it needs no GPU"
+_OVER_SIMULATED = "torch's Python over functions the simulation provides"
+_FLAG = "a global setting torch keeps in Python or in its CPU library alike; it changes no result here"
+_SUBMODULE = "a submodule: its names are classified one by one"
+_OVER_PRIMITIVES = "torch's Python over the torch._C primitives that comm.py simulates"
+
+TORCH_OWN: dict[str, str] = {
+    "torch.cuda.CudaError": _OWN_EXCEPTION, "torch.cuda.DeferredCudaCallError": _OWN_EXCEPTION,
+    "torch.cuda.OutOfMemoryError": _OWN_EXCEPTION, "torch.cuda.AcceleratorError": _OWN_EXCEPTION,
+    "torch.cuda.cudaStatus": "constants",
+    "torch.cuda.StreamContext": _OVER_SIMULATED, "torch.cuda.amp": _SUBMODULE, "torch.cuda.graphs": _SUBMODULE,
+    "torch.cuda.memory": _SUBMODULE, "torch.cuda.nccl": _SUBMODULE, "torch.cuda.nvtx": _SUBMODULE,
+    "torch.cuda.profiler": _SUBMODULE, "torch.cuda.random": _SUBMODULE, "torch.cuda.streams": _SUBMODULE,
+    "torch.cuda.jiterator": _SUBMODULE, "torch.cuda.gds": _SUBMODULE, "torch.cuda.tunable": _SUBMODULE,
+    "torch.cuda.sparse": _SUBMODULE, "torch.cuda.comm": _SUBMODULE, "torch.cuda.green_contexts": _SUBMODULE,
+    **{f"torch.cuda.comm.{name}": _OVER_PRIMITIVES for name in (
+        "broadcast", "broadcast_coalesced", "reduce_add", "reduce_add_coalesced", "scatter", "gather")},
+    **{f"torch.cuda.nccl.{name}": _OVER_PRIMITIVES for name in (
+        "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter")},
+    "torch.cuda.amp.autocast": "torch.autocast('cuda'), which casts on simulated GPUs (autocast.py)",
+    "torch.cuda.amp.custom_fwd": _OVER_SIMULATED, "torch.cuda.amp.custom_bwd": _OVER_SIMULATED,
+    "torch.cuda.amp.GradScaler": "torch.amp.GradScaler('cuda'), whose unscale and update ops run on the host",
+    "torch.cuda.amp.amp_definitely_not_available": _OVER_SIMULATED,
+    "torch.cuda.nvtx.range": _OVER_SIMULATED, "torch.cuda.profiler.profile": _OVER_SIMULATED,
+    "torch.backends.cuda.cuBLASModule": _FLAG, "torch.backends.cuda.matmul": _FLAG,
+    "torch.backends.cuda.preferred_linalg_library": _FLAG, "torch.backends.cuda.preferred_blas_library": _FLAG,
+    "torch.backends.cuda.preferred_rocm_fa_library": _FLAG, "torch.backends.cuda.SDPAParams": _FLAG,
+    "torch.backends.cuda.cublas_workspace_size": _FLAG, "torch.backends.cuda.cublaslt_workspace_size": _FLAG,
+    "torch.backends.cuda.blas_workspace_size": _FLAG,
+    **{f"torch.backends.cuda.{name}": _FLAG for name in (
+        "enable_cudnn_sdp", "cudnn_sdp_enabled", "enable_flash_sdp", "flash_sdp_enabled", "enable_mem_efficient_sdp",
+        "mem_efficient_sdp_enabled", "math_sdp_enabled", "enable_math_sdp", "allow_fp16_bf16_reduction_math_sdp",
+        "fp16_bf16_reduction_math_sdp_allowed", "sdp_kernel")},
+    **{f"torch.backends.cudnn.{name}": "cuDNN is absent, as on a GPU machine with cuDNN turned off: ops take "
+                                       "their native kernels; the flags are kept" for name in (
+        "is_available", "version", "is_acceptable", "set_flags", "flags", "enabled", "benchmark", "benchmark_limit",
+        "deterministic", "allow_tf32", "fp32_precision")},
+}
+
+
+def public_names(module_name: str) -> list[str]:
+    """The public names of one module of the surface: its __all__, else what it defines itself."""
+    module = importlib.import_module(module_name)
+    names = getattr(module, "__all__", None)
+    if names is not None:
+        return sorted(names)
+    if module_name == "torch.backends.cudnn":  # a module object of its own class: its flags are properties
+        return sorted(n for n in TORCH_OWN if n.startswith("torch.backends.cudnn.") and hasattr(module, n.rsplit(".", 1)[1]))
+    own = []
+    for name, value in vars(module).items():
+        if name.startswith("_") or isinstance(value, types.ModuleType):
+            continue
+        if getattr(value, "__module__", module_name) == module_name:
+            own.append(name)
+    return sorted(own)
+
+
+def _exists(module_name: str) -> bool:
+    """Whether the installed torch has this module (torch.backends.cudnn replaces itself by an object)."""
+    try:
+        importlib.import_module(module_name)
+    except ImportError:
+        return False
+    return True
+
+
+def surface() -> list[str]:
+    """Every public name of the installed torch's CUDA surface, qualified ('torch.cuda.graph')."""
+    names = []
+    for module_name in SURFACE_MODULES:
+        if not _exists(module_name):
+            continue
+        names += [n if n.startswith("torch.") else f"{module_name}.{n}" for n in public_names(module_name)]
+    return sorted(set(names))
+
+
+def simulated_names() -> set[str]:
+    """The qualified names whose implementation the simulation provides."""
+    from simgpu.cuda_sim import api, legacy_types
+
+    tables = {"torch.cuda": api.TORCH_CUDA, "torch.accelerator": api.TORCH_ACCELERATOR,
+              "torch.backends.cuda": api.BACKENDS_CUDA}
+    found = {f"torch.cuda.{name}" for name in api.TORCH_CUDA}
+    found |= {f"torch.cuda.{name}" for name in ("default_generators", *legacy_types.CUDA_TYPES)}
+    for module_name, table in tables.items():
+        found |= {f"{module_name}.{name}" for name in table}
+    for module_name in api.CUDA_SUBMODULES + ("torch.cuda.nvtx",):
+        found |= {f"{module_name}.{name}" for name in api.TORCH_CUDA}
+    found |= {f"torch.cuda.nvtx.{name}" for name in api.NVTX_NAMES}
+    found |= {f"torch.cuda.streams.{name}" for name in ("Stream", "Event")}
+    found |= {f"torch.cuda.profiler.{name}" for name in api.PROFILER_NAMES}
+    return found
+
+
+def _as_in_torch_cuda(name: str) -> str:
+    """torch.cuda.graphs.CUDAGraph is torch.cuda.CUDAGraph: a submodule's name as torch.cuda exports it."""
+    module_name, short = name.rsplit(".", 1)
+    if module_name.startswith("torch.cuda.") and f"torch.cuda.{short}" in REFUSED:
+        return f"torch.cuda.{short}"
+    return name
+
+
+def classify(name: str) -> str | None:
+    """'refused', 'simulated', 'torch', or None for a name nobody has decided on."""
+    if _as_in_torch_cuda(name) in REFUSED:
+        return "refused"
+    if name in simulated_names():
+        return "simulated"
+    if name in TORCH_OWN:
+        return "torch"
+    return None
+
+
+def unclassified() -> list[str]:
+    return [name for name in surface() if classify(name) is None]
+
+
+def refusal_message(name: str) -> str:
+    return f"simgpu: {name} cannot run on simulated GPUs: {REFUSED[name]}"
+
+
+def _refusing(name: str, original: Any) -> Any:
+    """What stands in for a refused name: a class that refuses to be made (annotations and isinstance
+    keep working), a module whose every attribute refuses, or a function that refuses."""
+    message = refusal_message(name)
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise SimulationError(message)
+
+    if isinstance(original, type):
+        short = name.rsplit(".", 1)[1]
+        return type(short, (), {"__new__": refuse, "__module__": name.rsplit(".", 1)[0], "__qualname__": short,
+                                "__doc__": message})
+    if isinstance(original, types.ModuleType):
+        return None  # its names are refused one by one; the module itself stays importable
+    refuse.__name__ = name.rsplit(".", 1)[1]
+    refuse.__doc__ = message
+    return refuse
+
+
+def install_refusals() -> None:
+    """Put the refusing stand-ins in place of every refused name the installed torch has, in torch.cuda
+    and in the submodule that defines it (torch.cuda.graphs.CUDAGraph is torch.cuda.CUDAGraph)."""
+    for name in REFUSED:
+        module_name, short = name.rsplit(".", 1)
+        if not _exists(module_name):
+            continue
+        module = importlib.import_module(module_name)
+        if not hasattr(module, short):
+            continue
+        original = getattr(module, short)
+        stand_in = _refusing(name, original)
+        if stand_in is None:
+            continue
+        setattr(module, short, stand_in)
+        if module_name == "torch.cuda":
+            for submodule_name in SURFACE_MODULES:
+                submodule = importlib.import_module(submodule_name) if submodule_name.startswith("torch.cuda.") else None
+                if submodule is not None and getattr(submodule, short, None) is original:
+                    setattr(submodule, short, stand_in)
+
+
+def refuses(call: Callable[[], Any], name: str) -> bool:
+    """Whether `call` fails with the one-line refusal naming `name` (the tests' check)."""
+    try:
+        call()
+    except SimulationError as exc:
+        return name in str(exc)
+    return False

@@ -1,0 +1,91 @@
+"""Run under `simgpu run --gpus 2`: the torch/CUDA APIs public training code was seen to stop at
+(issue 26's items, issue 27's R1/R3/R5), each as such a program calls it."""
+import io
+import pickle
+
+import torch
+import torch.nn as nn
+
+# a model-parallel RNG tracker seeds every GPU's default generator (Megatron's pattern)
+assert len(torch.cuda.default_generators) == torch.cuda.device_count() == 2
+for index, generator in enumerate(torch.cuda.default_generators):
+    generator.manual_seed(100 + index)
+    assert generator.initial_seed() == 100 + index and generator.device == torch.device("cuda", index)
+
+# torch.cuda.random's own functions (it keeps its own references to current_device and _lazy_init)
+import torch.cuda.random  # noqa: E402
+
+torch.cuda.random.manual_seed(3)
+state = torch.cuda.random.get_rng_state()
+assert state.dtype == torch.uint8 and state.numel() == 16
+first = torch.rand(4, device="cuda")
+torch.cuda.random.set_rng_state(state)
+assert torch.equal(torch.rand(4, device="cuda"), first)
+
+# a checkpoint stores every GPU's random state; a resumed run with dropout repeats the uninterrupted one
+model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), nn.Linear(8, 1)).cuda()
+x = torch.randn(16, 8, device="cuda")
+torch.cuda.manual_seed_all(0)
+model(x)
+saved = torch.cuda.random.get_rng_state_all()
+assert len(saved) == 2
+uninterrupted = model(x)
+torch.cuda.random.manual_seed_all(99)
+torch.cuda.random.set_rng_state_all(saved)
+assert torch.equal(model(x), uninterrupted)
+
+# Module.to(dtype) converts the parameters (it calls Tensor.to(None, dtype))
+half = nn.Linear(4, 4).cuda().to(torch.bfloat16)
+assert half.weight.dtype == torch.bfloat16 and half.weight.device == torch.device("cuda:0")
+assert torch.ones(2, device="cuda").to(None, torch.float16).dtype == torch.float16
+
+# the host copy of a functional collective's result is on the host (AsyncCollectiveTensor)
+from torch.distributed._functional_collectives import AsyncCollectiveTensor  # noqa: E402
+
+act = AsyncCollectiveTensor(torch.ones(3, device="cuda:1"))
+for copy in (act.cpu(), act.detach().cpu(), act.to("cpu")):
+    assert copy.device == torch.device("cpu"), copy.device
+    assert torch.equal(copy - torch.ones(3), torch.zeros(3))
+
+# classes stay classes: a library annotates with them at import
+annotation = torch.cuda.CUDAGraph | None
+try:
+    torch.cuda.CUDAGraph()
+    raise AssertionError("a CUDA graph was made on a simulated GPU")
+except RuntimeError as exc:
+    assert "torch.cuda.CUDAGraph cannot run on simulated GPUs" in str(exc), exc
+
+# factories with pin_memory=True (a safetensors loader for device="cuda:0")
+pinned = torch.empty(3, pin_memory=True)
+assert pinned.is_pinned() and pinned.device == torch.device("cpu")
+assert torch.zeros(2, 2, pin_memory=True).is_pinned()
+
+# libraries branch on the CUDA version
+assert torch.version.cuda is not None and torch.backends.cuda.is_built()
+
+# RNG state inside a FakeTensorMode (what LocalTensorMode and DTensor's RNG tracker do)
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+
+real_state = torch.cuda.get_rng_state()
+with FakeTensorMode():
+    inside = torch.cuda.get_rng_state()
+    torch.cuda.set_rng_state(real_state)
+assert type(inside) is torch.Tensor and inside.numel() == 16
+
+# a generator of a GPU pickles as torch.Generator, as CUDA's does, and comes back with its state
+g = torch.Generator(device="cuda:1").manual_seed(5)
+torch.randn(3, device="cuda:1", generator=g)
+blob = pickle.dumps(g)
+assert b"simgpu" not in blob
+back = pickle.loads(blob)
+assert back.device == torch.device("cuda:1") and torch.equal(back.get_state(), g.get_state())
+
+# checkpoints name no simgpu module, so they load with weights_only=True and where simgpu is absent
+buffer = io.BytesIO()
+torch.save({"w": torch.ones(2, device="cuda:1"), "where": torch.device("cuda", 1), "rng": torch.cuda.get_rng_state_all()},
+           buffer)
+assert b"simgpu" not in buffer.getvalue()
+buffer.seek(0)
+loaded = torch.load(buffer, weights_only=True)
+assert loaded["w"].device == torch.device("cuda:1") and loaded["where"] == torch.device("cuda:1")
+print("OK cuda_programs_meet")
