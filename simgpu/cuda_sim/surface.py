@@ -238,3 +238,61 @@ def refuses(call: Callable[[], Any], name: str) -> bool:
     except SimulationError as exc:
         return name in str(exc)
     return False
+
+
+# ---- where programs name a device or a dtype: factories, Tensor methods, Module methods ----------------
+def _signature_head(obj: Any) -> str:
+    """The signature line torch's docstrings start with ('zeros(*size, *, ..., device=None, ...) -> Tensor')."""
+    doc = getattr(obj, "__doc__", None) or ""
+    return doc.strip().split("\n\n")[0].split("->")[0]
+
+
+def device_factories() -> list[str]:
+    """torch's functions that take `device=`: each must make its result on the simulated GPU named."""
+    import re
+
+    import torch
+
+    return sorted(name for name in dir(torch) if not name.startswith("_") and callable(getattr(torch, name))
+                  and not isinstance(getattr(torch, name), type)
+                  and re.search(r"\bdevice=", _signature_head(getattr(torch, name))))
+
+
+def device_or_dtype_tensor_methods() -> list[str]:
+    """torch.Tensor's public methods whose signature names a device or a dtype."""
+    import re
+
+    import torch
+
+    found = []
+    for name in dir(torch.Tensor):
+        if name.startswith("_"):
+            continue
+        head = _signature_head(getattr(torch.Tensor, name, None)).split(")")[0]
+        if re.search(r"\b(device|dtype)\b", head):
+            found.append(name)
+    return sorted(set(found) | {"to", "cpu", "cuda", "type", "type_as", "pin_memory", "double", "float", "half",
+                                "bfloat16", "get_device", "is_cuda", "numpy", "tolist", "item"})
+
+
+def module_device_methods() -> list[str]:
+    """nn.Module's methods that move or cast its parameters and buffers."""
+    import inspect
+
+    import torch
+
+    found = []
+    for name in dir(torch.nn.Module):
+        attr = getattr(torch.nn.Module, name)
+        if name.startswith("_") or not callable(attr):
+            continue
+        try:
+            parameters = inspect.signature(attr).parameters
+        except (TypeError, ValueError):
+            continue
+        if "device" in parameters or "dtype" in parameters or name in _MODULE_CASTS:
+            found.append(name)
+    return sorted(found)
+
+
+_MODULE_CASTS = ("half", "float", "double", "bfloat16", "cuda", "cpu", "type", "to", "to_empty")

@@ -24,6 +24,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from simgpu.cuda_sim import attention, devices, generators, legacy_types, placement
+from simgpu.cuda_sim.errors import SimulationError
 from simgpu.cuda_sim.placement import suspended  # noqa: F401  (the simulator's plumbing imports it from here)
 
 TensorBase = torch._C.TensorBase
@@ -318,7 +319,12 @@ class SimCudaMode(TorchFunctionMode):
             out = func(*args, **kwargs)
             index = devices.device_of(args[0])
             return out if index is None else placement.label(out, index)
+        if func is TensorBase.new_tensor and "device" not in kwargs and devices.device_of(args[0]) is not None:
+            kwargs = {**kwargs, "device": _cuda_device(devices.device_of(args[0]))}  # new_* make on self's device
         target = _target(kwargs["device"]) if "device" in kwargs else None
+        if target is not None and target != _HOST and getattr(func, "__name__", "").startswith("sparse_"):
+            raise SimulationError(f"simgpu: torch.{func.__name__} on a simulated GPU: sparse tensors are not "
+                                  f"simulated (make it on the host, or dense with .to_dense())")
         if target is None or target == _ELSEWHERE:
             tensors = list(placement.tensors_of(args, kwargs))
             if len(tensors) > 1 and not placement.pairs_lists(getattr(func, "__name__", "")):
@@ -398,6 +404,17 @@ def _compile(original: Callable) -> Callable:
     return compile
 
 
+def _range(original: Callable) -> Callable:
+    """torch.range (deprecated) parses its device in C++ before any mode sees the call, so a CPU build
+    refuses "cuda": made on the host, then moved (the values are the same)."""
+    def range(*args: Any, device: Any = None, **kwargs: Any) -> torch.Tensor:  # noqa: A001 - torch's name
+        out = original(*args, **kwargs)
+        return out if device is None else out.to(device)
+
+    range.__doc__ = original.__doc__
+    return range
+
+
 def install() -> None:
     """Report labels through torch.Tensor's Python attributes, replace its transfer methods, and
     enter the modes in this thread and every thread started from now on."""
@@ -426,4 +443,5 @@ def install() -> None:
     torch.Tensor.grad.__name__ = "grad"
     threading.Thread._bootstrap_inner = _thread_bootstrap(threading.Thread._bootstrap_inner)
     torch.compile = _compile(torch.compile)
+    torch.range = _range(torch.range)
     enter_mode()
