@@ -159,7 +159,7 @@ def run_unit(unit: dict, args: argparse.Namespace, src: Path, marker: str, out: 
     junit.unlink(missing_ok=True)
     extra = unit.get("env")
     cwd = unit.get("cwd", src)
-    flags = PYTEST_FLAGS + ([] if unit.get("cwd") == REPO else isolated(out, src))
+    flags = PYTEST_FLAGS + isolated(out, cwd)
     rc, timed_out, seconds = suite.run_bounded(launcher(args) + unit["args"] + flags + [f"--junitxml={junit}"],
                                                environment(args, marker, extra), log_path, args.timeout, cwd=cwd)
     results = {}
@@ -231,7 +231,7 @@ def distributed_test_units(args: argparse.Namespace, marker: str, out: Path) -> 
     env = {"BACKEND": "nccl", "WORLD_SIZE": world, "TEMP_DIR": temp}
     rel = str(suite.TEST_FILE.relative_to(REPO))
     log_path = out / "collect.distributed_test.log"
-    suite.run_bounded(launcher(args) + [rel, "--collect-only", "-q", "-p", "no:cacheprovider"],
+    suite.run_bounded(launcher(args) + [rel, "--collect-only", "-q", "-p", "no:cacheprovider", *isolated(out, REPO)],
                       environment(args, marker, env), log_path, 600, cwd=REPO)
     prefix = f"{rel}::{suite.TEST_CLASS}::"
     names = [ln.strip()[len(prefix):] for ln in log_path.read_text().splitlines() if ln.strip().startswith(prefix)]
