@@ -93,6 +93,8 @@ def environment(args: argparse.Namespace, marker: str, extra: dict | None = None
     env = dict(os.environ)
     env.update(NCCL_SAFETY)  # on a GPU box: never NVLink multicast (see the device notes); harmless here
     env["PYTHONUNBUFFERED"] = "1"
+    if args.test_timeout:  # MultiProcessTestCase's own per-test limit (300 s), a host-speed bound
+        env["DISTRIBUTED_TESTS_DEFAULT_TIMEOUT"] = str(int(args.test_timeout))
     env[suite.MARKER_VAR] = marker
     if args.cpp_stacktraces:
         env["TORCH_SHOW_CPP_STACKTRACES"] = "1"
@@ -142,11 +144,14 @@ def units_for(args: argparse.Namespace, src: Path, marker: str, out: Path) -> tu
             if not (src / rel).is_file():
                 missing[rel] = family
                 continue
-            if args.chunk:
+            if args.chunk or args.reference:
                 ids = [i for i in collect(args, src, rel, marker, out) if not args.only or re.search(args.only, i)]
-                for n in range(0, len(ids), args.chunk):
-                    units.append({"family": family, "file": rel, "args": ids[n:n + args.chunk],
-                                  "name": f"{safe(rel)}.{n // args.chunk}"})
+                if args.reference:  # only what passed there (the measure is of those)
+                    ids = [i for i in ids if args.reference.get(i, {}).get("outcome") == "passed"]
+                size = args.chunk or len(ids) or 1
+                for n in range(0, len(ids), size):
+                    units.append({"family": family, "file": rel, "args": ids[n:n + size],
+                                  "name": f"{safe(rel)}.{n // size}"})
             else:
                 units.append({"family": family, "file": rel, "name": safe(rel),
                               "args": [rel] + (["-k", args.k] if args.k else [])})
@@ -317,12 +322,19 @@ def run_main(args: argparse.Namespace) -> int:
         def one(unit: dict) -> dict:
             return run_unit(unit, args, src or REPO, marker, out)
 
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            for done in pool.map(one, units):
-                report["results"].update(done.pop("results"))
-                report["units"].append(done)
-                report["wall_s"] = round(time.monotonic() - t0, 1)
-                (out / "results.json").write_text(json.dumps(report, indent=1, sort_keys=False))
+        def record(done: dict) -> None:
+            report["results"].update(done.pop("results"))
+            report["units"].append(done)
+            report["wall_s"] = round(time.monotonic() - t0, 1)
+            (out / "results.json").write_text(json.dumps(report, indent=1, sort_keys=False))
+
+        if args.jobs == 1:  # in this thread, so that an interrupt reaches run_bounded's handler
+            for unit in units:
+                record(one(unit))
+        else:
+            with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+                for done in pool.map(one, units):
+                    record(done)
     finally:
         suite.kill_leftovers(marker)
     report["wall_s"] = round(time.monotonic() - t0, 1)
@@ -339,9 +351,12 @@ def run_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def compare_main(real_path: Path, sim_path: Path, markdown: bool) -> int:
+def compare_main(real_path: Path, sim_paths: list[Path], markdown: bool) -> int:
     real = json.loads(real_path.read_text())
-    sim = json.loads(sim_path.read_text())
+    runs = [json.loads(p.read_text()) for p in sim_paths]
+    sim = {**runs[0], "results": {k: v for run in runs for k, v in run["results"].items()},
+           "sources": {"files": {k: v for run in runs for k, v in run.get("sources", {}).get("files", {}).items()}}}
+    sim_path = ", ".join(map(str, sim_paths))
     rows = defaultdict(lambda: Counter())
     disagreements = []
     for test, r in sorted(real["results"].items()):
@@ -353,6 +368,8 @@ def compare_main(real_path: Path, sim_path: Path, markdown: bool) -> int:
             if r["outcome"] == "passed":
                 rows[key]["real_pass"] += 1
                 rows[key]["both_pass"] += s["outcome"] == "passed"
+        if s["outcome"] == "not run" and r["outcome"] != "passed":
+            continue  # not run simulated (--reference runs what passed on GPUs)
         if r["outcome"] != s["outcome"]:
             disagreements.append((test, fam, r["outcome"], s["outcome"],
                                   (s.get("decisive") or [{}])[0].get("error") or s.get("message", "")))
@@ -361,8 +378,9 @@ def compare_main(real_path: Path, sim_path: Path, markdown: bool) -> int:
             disagreements.append((test, s["family"], "absent", s["outcome"], s.get("message", "")[:200]))
     print(f"real: {real['machine'].get('mode')} torch {real['machine'].get('torch')} ({real_path})")
     print(f"sim:  {sim['machine'].get('mode')} torch {sim['machine'].get('torch')} ({sim_path})")
-    same = {k: v.get("sha256") for k, v in real.get("sources", {}).get("files", {}).items()} == \
-        {k: v.get("sha256") for k, v in sim.get("sources", {}).get("files", {}).items()}
+    real_files = {k: v.get("sha256") for k, v in real.get("sources", {}).get("files", {}).items()}
+    sim_files = {k: v.get("sha256") for k, v in sim.get("sources", {}).get("files", {}).items()}
+    same = all(real_files.get(k) == h for k, h in sim_files.items())
     print(f"test files byte-identical on both sides: {same}")
     header = "| family | tests | pass on real GPUs | of those, pass simulated | agreement |"
     print("\n" + header + "\n|---|---|---|---|---|")
@@ -387,14 +405,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default=None, help="regex on test ids (with --chunk, applied before running)")
     p.add_argument("--chunk", type=int, default=0, help="split each file into groups of this many tests")
     p.add_argument("--jobs", type=int, default=1, help="units run at once (default 1)")
+    p.add_argument("--reference", type=Path, default=None,
+                   help="results.json of a real-GPU run: run only the tests that passed there")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per unit (default 1800)")
+    p.add_argument("--test-timeout", type=float, default=None,
+                   help="DISTRIBUTED_TESTS_DEFAULT_TIMEOUT: PyTorch's per-test limit for its multi-process tests "
+                        "(300 s), which a loaded host can exceed before a test starts")
     p.add_argument("--out", type=Path, default=REPO / "reports" / "torch_suite_upstream")
     p.add_argument("--cpp-stacktraces", action="store_true")
-    p.add_argument("--compare", nargs=2, type=Path, metavar=("REAL", "SIM"), help="agreement table of two runs")
+    p.add_argument("--compare", nargs="+", type=Path, metavar="RESULTS",
+                   help="agreement table: the real-GPU results.json, then one or more simulated ones (merged)")
     p.add_argument("--markdown", action="store_true")
     args = p.parse_args(argv)
     if args.compare:
-        return compare_main(*args.compare, args.markdown)
+        if len(args.compare) < 2:
+            p.error("--compare REAL SIM [SIM ...]")
+        return compare_main(args.compare[0], args.compare[1:], args.markdown)
+    if args.reference:
+        args.reference = json.loads(args.reference.read_text())["results"]
     return run_main(args)
 
 
