@@ -27,6 +27,19 @@ dt._local_tensor = dt._local_tensor.cpu()
 assert dt.device == torch.device("cuda", rank) and dt._local_tensor.device.type == "cpu", (dt.device,)
 assert distribute_tensor(torch.arange(8.0), mesh, [Shard(0)]).cpu().device.type == "cpu"  # a host DTensor
 
+# A CUDA generator passed to a DTensor random op reaches DTensor's RNG tracker as a fresh wrapper
+# (test_random_ops.py::test_init_with_user_generator): still a 16-byte CUDA state, same numbers as the
+# default generator with the same seed
+t1 = torch.distributed.tensor.empty((8, 3), device_mesh=mesh, placements=[Shard(0)])
+t2 = torch.distributed.tensor.empty((8, 3), device_mesh=mesh, placements=[Shard(0)])
+torch.manual_seed(42)
+rng = torch.Generator(device="cuda").manual_seed(42)
+for _ in range(2):
+    torch.nn.init.uniform_(t1, 0.0, 1.0)
+    torch.nn.init.uniform_(t2, 0.0, 1.0, rng)
+    assert torch.equal(t1.full_tensor(), t2.full_tensor())
+assert rng.get_state().numel() == 16 and rng.get_offset() > 0
+
 
 # FSDP2 CPU offload (test_fully_shard_state_dict.py::test_dp_state_dict_cpu_offload): a GPU state dict
 # loaded into a pinned-CPU-offload model is refused at lazy init, a host one is taken
