@@ -368,6 +368,7 @@ def compare_main(real_path: Path, sim_paths: list[Path], markdown: bool) -> int:
             if r["outcome"] == "passed":
                 rows[key]["real_pass"] += 1
                 rows[key]["both_pass"] += s["outcome"] == "passed"
+                rows[key]["sim_ran"] += s["outcome"] != "not run"
         if s["outcome"] == "not run" and r["outcome"] != "passed":
             continue  # not run simulated (--reference runs what passed on GPUs)
         if r["outcome"] != s["outcome"]:
@@ -382,12 +383,14 @@ def compare_main(real_path: Path, sim_paths: list[Path], markdown: bool) -> int:
     sim_files = {k: v.get("sha256") for k, v in sim.get("sources", {}).get("files", {}).items()}
     same = all(real_files.get(k) == h for k, h in sim_files.items())
     print(f"test files byte-identical on both sides: {same}")
-    header = "| family | tests | pass on real GPUs | of those, pass simulated | agreement |"
-    print("\n" + header + "\n|---|---|---|---|---|")
+    header = ("| family | tests | pass on real GPUs | of those, run simulated | pass simulated | "
+              "pass / pass on GPUs | pass / run |")
+    print("\n" + header + "\n|---|---|---|---|---|---|---|")
     for key in sorted(rows, key=lambda k: (k.startswith("ALL"), k)):
         c = rows[key]
         pct = f"{100 * c['both_pass'] / c['real_pass']:.0f}%" if c["real_pass"] else "-"
-        print(f"| {key} | {c['tests']} | {c['real_pass']} | {c['both_pass']} | {pct} |")
+        ran = f"{100 * c['both_pass'] / c['sim_ran']:.0f}%" if c["sim_ran"] else "-"
+        print(f"| {key} | {c['tests']} | {c['real_pass']} | {c['sim_ran']} | {c['both_pass']} | {pct} | {ran} |")
     print("\nDisagreements (test, family, real, simulated, simulated error):")
     for d in disagreements:
         print(f"- {d[0]} [{d[1]}]: real {d[2]}, simulated {d[3]}" + (f": {d[4][:300]}" if d[4] else ""))
