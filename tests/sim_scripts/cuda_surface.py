@@ -18,7 +18,6 @@ from typing import Any, Callable
 
 import torch
 
-SIMULATED = "simgpu" in sys.modules or __import__("os").environ.get("SIMGPU_GPUS")
 CHECKS: dict[str, Callable[[], Any]] = {}
 
 
@@ -435,6 +434,8 @@ def main() -> int:
             reference = json.load(f)["fingerprints"]
         compared = 0
         for name, expected in reference.items():
+            if isinstance(expected, dict) and "error" in expected:
+                continue  # that torch lacked the name, or the check could not run there: nothing to compare
             if name in fingerprints:
                 compared += 1
                 if fingerprints[name] != expected:
