@@ -8,6 +8,7 @@ raises SimulationError with one line naming it.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import importlib
 import importlib.util
@@ -333,7 +334,7 @@ def memory_stats(device: Any = None) -> dict[str, int]:
     stats = {"num_alloc_retries": 0, "num_ooms": 0, "num_device_alloc": 0, "num_device_free": 0}
     for kind in ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes"):
         stats.update({f"{kind}.all.current": current, f"{kind}.all.peak": peak})
-    return stats
+    return collections.OrderedDict(sorted(stats.items()))  # CUDA's type, sorted as CUDA sorts its keys
 
 
 def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
@@ -430,10 +431,11 @@ def _nested(stats: dict[str, Any]) -> dict[str, Any]:
     return nested
 
 
-def _host_memory_stats() -> dict[str, int]:
+def _host_memory_stats() -> "collections.OrderedDict[str, int]":
     """Pinned host memory is ordinary host memory here: the pinned allocator holds nothing."""
-    return {f"{kind}.{stat}": 0 for kind in ("allocations", "allocated_bytes", "active_requests", "active_bytes")
-            for stat in ("current", "peak", "allocated", "freed")}
+    return collections.OrderedDict(sorted(
+        (f"{kind}.{stat}", 0) for kind in ("allocations", "allocated_bytes", "active_requests", "active_bytes")
+        for stat in ("current", "peak", "allocated", "freed")))
 
 
 TORCH_CUDA = {

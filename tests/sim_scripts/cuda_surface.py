@@ -33,6 +33,12 @@ def kind(value: Any) -> str:
     return type(value).__name__
 
 
+def optional(name: str, *args: Any, module: Any = None) -> Any:
+    """Call a name that only some torch versions have; None where this one lacks it."""
+    fn = getattr(module if module is not None else torch.cuda, name, None)
+    return None if fn is None else fn(*args)
+
+
 # ---- devices -------------------------------------------------------------------------------------
 @check("torch.cuda.is_available", "torch.cuda.device_count", "torch.cuda.init", "torch.cuda.is_initialized")
 def _devices() -> Any:
@@ -199,12 +205,13 @@ def _memory() -> Any:
     fraction = torch.cuda.get_per_process_memory_fraction(1)
     torch.cuda.set_per_process_memory_fraction(1.0, 1)
     torch.cuda.caching_allocator_enable(True)
-    with torch.cuda.caching_allocator_disabled():
-        pass
-    host = torch.cuda.host_memory_stats()
-    assert torch.cuda.host_memory_stats_as_nested_dict() is not None
-    torch.cuda.reset_accumulated_host_memory_stats()
-    torch.cuda.reset_peak_host_memory_stats()
+    if hasattr(torch.cuda, "caching_allocator_disabled"):  # newer torch only
+        with torch.cuda.caching_allocator_disabled():
+            pass
+    host = optional("host_memory_stats")
+    optional("host_memory_stats_as_nested_dict")
+    optional("reset_accumulated_host_memory_stats")
+    optional("reset_peak_host_memory_stats")
     torch.cuda.ipc_collect()
     with contextlib.suppress(ModuleNotFoundError):  # nvidia-smi's readings need pynvml on a real GPU
         assert isinstance(torch.cuda.list_gpu_processes(1), str)
@@ -230,10 +237,10 @@ def _accelerator() -> Any:
         inner = acc.current_device_index()
     acc.set_device_index(0)
     found = [inner, acc.device_count()]
-    for name, call in (("set_device_idx", lambda: acc.set_device_idx(0)), ("current_device_idx", acc.current_device_idx),
-                       ("current_stream", lambda: acc.current_stream(0)), ("synchronize", acc.synchronize),
-                       ("set_stream", lambda: acc.set_stream(acc.current_stream(0))), ("empty_cache", acc.empty_cache),
-                       ("empty_host_cache", acc.empty_host_cache),
+    for name, call in (("set_device_idx", lambda: acc.set_device_idx(0)), ("current_device_idx", lambda: acc.current_device_idx()),
+                       ("current_stream", lambda: acc.current_stream(0)), ("synchronize", lambda: acc.synchronize()),
+                       ("set_stream", lambda: acc.set_stream(acc.current_stream(0))), ("empty_cache", lambda: acc.empty_cache()),
+                       ("empty_host_cache", lambda: acc.empty_host_cache()),
                        ("get_device_capability", lambda: sorted(acc.get_device_capability(0))[:2]),
                        ("get_memory_info", lambda: len(acc.get_memory_info(0))),
                        ("memory_allocated", lambda: acc.memory_allocated(0) >= 0),
@@ -281,7 +288,8 @@ def _backends_cuda() -> Any:
     with contextlib.suppress(Exception):
         b.preferred_blas_library()
     out = torch.nn.functional.scaled_dot_product_attention(q, q, q)
-    return [out.device.type, str(out.dtype), b.is_ck_sdpa_available()]
+    optional("is_ck_sdpa_available", module=b)  # ROCm's composable kernels: False on CUDA, absent before 2.13
+    return [out.device.type, str(out.dtype)]
 
 
 @check(*[f"torch.backends.cudnn.{n}" for n in (
