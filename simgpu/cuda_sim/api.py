@@ -537,6 +537,7 @@ class _NvtxRanges:
         return 0
 
 
+GDS = {"is_available": lambda: False}  # GPUDirect Storage: no NVMe-to-GPU path here (the rest is refused)
 NVTX_NAMES = ("range_push", "range_pop", "range_start", "range_end", "mark")
 PROFILER_NAMES = ("start", "stop")  # cudaProfilerStart/Stop: no profiler to start, nothing is recorded
 BACKENDS_CUDA = {
@@ -569,6 +570,11 @@ def install() -> None:
 
     for name in PROFILER_NAMES:
         setattr(torch.cuda.profiler, name, _nothing)
+    import torch.cuda.gds
+
+    for name, value in GDS.items():
+        if hasattr(torch.cuda.gds, name):
+            setattr(torch.cuda.gds, name, value)
     import torch.backends.cuda
 
     for name, value in BACKENDS_CUDA.items():

@@ -388,12 +388,14 @@ def _single_process_comm() -> Any:
 
 
 @check("torch.cuda.graphs", "torch.cuda.jiterator", "torch.cuda.tunable", "torch.cuda.sparse", "torch.cuda.gds",
-       "torch.cuda.green_contexts", "torch.cuda.get_sync_debug_mode", "torch.cuda.set_sync_debug_mode")
+       "torch.cuda.green_contexts", "torch.cuda.get_sync_debug_mode", "torch.cuda.set_sync_debug_mode",
+       "torch.cuda.gds.is_available", "torch.cuda.graph_annotations")
 def _modules_and_modes() -> Any:
+    gds_available = optional("is_available", module=torch.cuda.gds)  # torch >= 2.15
     torch.cuda.set_sync_debug_mode("warn")
     mode = torch.cuda.get_sync_debug_mode()
     torch.cuda.set_sync_debug_mode(0)
-    return [mode]
+    return [mode, gds_available if gds_available is None else kind(gds_available)]
 
 
 def run_checks(names: list[str]) -> dict[str, Any]:
