@@ -92,7 +92,8 @@ def test_nccl_maps_to_the_strict_simulator_with_nccl_placement(tmp_path: Path) -
 def test_what_cannot_be_simulated_fails_in_one_line() -> None:
     done = simgpu_run(1, str(SCRIPTS / "unsupported.py"))
     assert done.returncode != 0
-    assert done.stderr.strip() == "simgpu run: simgpu: CUDA graphs (torch.cuda.CUDAGraph) cannot run on simulated GPUs"
+    assert done.stderr.strip() == ("simgpu run: simgpu: torch.cuda.CUDAGraph cannot run on simulated GPUs: CUDA graphs "
+                                   "capture and replay GPU kernels; a CPU runs each op as it is called")
 
 
 def _alive(pid: int) -> bool:

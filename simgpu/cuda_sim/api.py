@@ -384,13 +384,6 @@ def is_tf32_supported() -> bool:
     return True
 
 
-def _unsupported(what: str) -> Any:
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise SimulationError(f"simgpu: {what} cannot run on simulated GPUs")
-
-    return refuse
-
-
 _fractions: dict[int, float] = {}
 
 
