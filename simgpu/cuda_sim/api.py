@@ -563,11 +563,10 @@ def install() -> None:
 
     for name in PROFILER_NAMES:
         setattr(torch.cuda.profiler, name, _nothing)
-    import torch.cuda.gds
-
+    gds = importlib.import_module("torch.cuda.gds") if importlib.util.find_spec("torch.cuda.gds") else None  # torch >= 2.7
     for name, value in GDS.items():
-        if hasattr(torch.cuda.gds, name):
-            setattr(torch.cuda.gds, name, value)
+        if gds is not None and hasattr(gds, name):
+            setattr(gds, name, value)
     import torch.backends.cuda
 
     for name, value in BACKENDS_CUDA.items():
