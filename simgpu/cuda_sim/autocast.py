@@ -131,8 +131,11 @@ def _widest(values: list, lower: torch.dtype) -> torch.dtype:
 
 
 def _named(op: Any, args: tuple, kwargs: dict) -> dict:
-    names = [a.name for a in op._schema.arguments]
-    return {**dict(zip(names, args)), **kwargs}
+    """Every argument by name, defaults filled in (the dtype overload of norm takes keepdim without one)."""
+    schema = op._schema.arguments
+    named = {**{a.name: a.default_value for a in schema if a.has_default_value()},
+             **dict(zip((a.name for a in schema), args)), **kwargs}
+    return named
 
 
 def _kernel(op: Any, policy: str) -> Callable:

@@ -96,7 +96,21 @@ def _format(t: Tensor) -> torch.memory_format:
     return torch.contiguous_format
 
 
+def _refused(name: str) -> Callable[..., Any]:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"simgpu: aten::{name} is CUDA's fused attention kernel, which the host lacks; "
+                                  f"torch.nn.functional.scaled_dot_product_attention runs on the host's kernels")
+
+    return refuse
+
+
 STAND_INS: dict[Any, Callable[..., Any]] = {
+    # called directly (programs reach them through scaled_dot_product_attention, which attention.py serves)
+    **{getattr(aten, name): _refused(name) for name in (
+        "_flash_attention_forward", "_flash_attention_backward", "_efficient_attention_forward",
+        "_efficient_attention_backward", "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention")
+        if hasattr(aten, name) and not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "CPU")},
     aten.batch_norm_stats: batch_norm_stats,
     aten.batch_norm_gather_stats_with_counts: batch_norm_gather_stats_with_counts,
     aten.batch_norm_elemt: batch_norm_elemt,

@@ -31,7 +31,7 @@ from tests.simulated_device.explained import explanation
 REFERENCE_DIR = Path(__file__).resolve().parent / "cuda_reference"
 DEFAULT_SAMPLES = 1  # the default tier: one dtype, the first sample of every op
 AUTOCAST_DTYPE = torch.bfloat16
-CHECKS = ("samples", "forward", "cuda", "backward", "vmap", "grad", "autocast")
+CHECKS = ("samples", "forward", "values", "cuda", "backward", "vmap", "grad", "autocast")
 
 
 def op_db() -> list:
@@ -200,27 +200,29 @@ def load_reference(path: Path | None) -> tuple[dict, dict]:
 
 # ---- the differential sweep (under simulation) ------------------------------------------------------
 class Report:
-    """Outcomes per check: pass, fail, explained (a listed difference, with its reason), refused (host and
-    simulation both refuse the sample), no_reference (no CUDA record for the sample)."""
+    """Outcomes per check: pass, fail, explained (a listed difference, with its reason), open (a listed bug not
+    fixed yet), refused (host and simulation both refuse the sample), no_reference (no CUDA record for it)."""
 
     def __init__(self) -> None:
         self.counts: dict[str, Counter] = {c: Counter() for c in CHECKS}
         self.failures: list[list[str]] = []
-        self.explained: dict[str, dict] = {}
+        self.listed: dict[str, dict[str, dict]] = {"explained": {}, "open": {}}
         self.ops: set[str] = set()
+        self.seconds: dict[str, float] = {}
 
     def add(self, op: Any, key: str, check: str, problem: str | None, status: str = "pass") -> None:
         if problem is None:
             self.counts[check][status] += 1
             return
-        reason = explanation(op.name, op.variant_test_name, check)
-        if reason is None:
+        listed = explanation(op.name, op.variant_test_name, check)
+        if listed is None:
             self.counts[check]["fail"] += 1
             self.failures.append([key, check, problem[:400]])
             return
-        self.counts[check]["explained"] += 1
-        entry = self.explained.setdefault(f"{op.name}|{op.variant_test_name}|{check}",
-                                          {"reason": reason, "samples": 0, "example": problem[:200]})
+        status, reason = listed
+        self.counts[check][status] += 1
+        entry = self.listed[status].setdefault(f"{op.name}|{op.variant_test_name}|{check}",
+                                               {"reason": reason, "samples": 0, "example": problem[:200]})
         entry["samples"] += 1
 
 
@@ -231,8 +233,18 @@ def host_copy(s: Any) -> Any:
         return t
 
     copy = s.transform(to_host)
-    copy.kwargs = {k: ("cpu" if k == "device" and v is not None else v) for k, v in copy.kwargs.items()}
+    copy.args = tuple(_host_device(a) for a in copy.args)
+    copy.kwargs = {k: _host_device(v) for k, v in copy.kwargs.items()}
     return copy
+
+
+def _host_device(value: Any) -> Any:
+    """A device argument naming a GPU ("cuda", torch.device("cuda:0")) names the host in the host copy."""
+    if isinstance(value, torch.device) and value.type == "cuda":
+        return torch.device("cpu")
+    if isinstance(value, str) and value.startswith("cuda"):
+        return "cpu"
+    return value
 
 
 def compare(sim: Any, host: Any, device: str | None, values: bool) -> str | None:
@@ -281,6 +293,7 @@ def sweep(full: bool, shard: int, shards: int, only: set[str] | None, reference:
             continue
         report.ops.add(f"{op.name}|{op.variant_test_name}")
         random = is_random(op)
+        began = time.monotonic()
         for dtype in dtypes_of(op, full):
             backward = op.supports_autograd and dtype in op.supported_backward_dtypes("cuda")
             got, exc = attempt(lambda: samples(op, "cuda", dtype, backward, None if full else DEFAULT_SAMPLES))
@@ -289,6 +302,7 @@ def sweep(full: bool, shard: int, shards: int, only: set[str] | None, reference:
                 continue
             for index, s in enumerate(got):
                 check_sample(op, s, dtype, key_of(op, dtype, index), backward, random, reference, report)
+        report.seconds[f"{op.name}|{op.variant_test_name}"] = round(time.monotonic() - began, 2)
 
 
 def check_sample(op: Any, s: Any, dtype: torch.dtype, key: str, backward: bool, random: bool, reference: dict,
@@ -299,7 +313,9 @@ def check_sample(op: Any, s: Any, dtype: torch.dtype, key: str, backward: bool, 
     host_out, host_exc = attempt(lambda: call(op, h))
     problem, status = outcome_problem(sim_exc, host_exc)
     if problem is None and status == "pass":
-        problem = compare(sim_out, host_out, device, values=not random)
+        problem = compare(sim_out, host_out, device, values=False)
+        if problem is None and not random:
+            report.add(op, key, "values", compare(sim_out, host_out, device, values=True))
     report.add(op, key, "forward", problem, status)
     check_reference(op, s, key, sim_out, sim_exc, reference, report)
     if backward and sim_exc is None and host_exc is None:
@@ -405,7 +421,8 @@ def check_autocast(op: Any, s: Any, key: str, reference: dict, report: Report) -
 def write_report(report: Report, out: Path, meta: dict) -> None:
     out.write_text(json.dumps({"meta": meta, "ops": sorted(report.ops),
                                "counts": {c: dict(n) for c, n in report.counts.items()},
-                               "failures": report.failures, "explained": report.explained}, indent=1))
+                               "failures": report.failures, **report.listed,
+                               "slowest": sorted(report.seconds.items(), key=lambda kv: -kv[1])[:15]}, indent=1))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -434,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     sweep(ns.full, shard, shards, only, reference, report)
     write_report(report, ns.out, {"torch": torch.__version__, "full": ns.full, "shard": ns.shard,
+                                  "expected_ops": len(op_db()[shard::shards]) if not only else len(only),
                                   "reference": ref_meta, "seconds": round(time.monotonic() - start, 1)})
     return 0
 
