@@ -41,7 +41,7 @@ def activate(gpus: int | None = None) -> None:
     text = os.environ.get(GPUS_ENV, "")
     if not text.isdigit() or int(text) < 1:
         raise SimulationError(f"simgpu: {GPUS_ENV}={text!r}: the number of simulated GPUs must be a positive integer")
-    from simgpu.cuda_sim import api, comm, distributed, serialization, surface, tensors
+    from simgpu.cuda_sim import api, attention, autocast, comm, cuda_kernels, distributed, serialization, surface, tensors
 
     api.install()
     surface.install_refusals()
@@ -49,4 +49,7 @@ def activate(gpus: int | None = None) -> None:
     distributed.install()
     serialization.install()
     tensors.install()
+    autocast.install()
+    cuda_kernels.install()
+    attention.install()
     _active = True

@@ -64,15 +64,27 @@ def mixed_devices(a: str, b: str) -> RuntimeError:
     return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}!")
 
 
-def tensors_of(args: tuple, kwargs: dict) -> Iterator[torch.Tensor]:
-    """The tensors of an aten call: arguments are tensors, or lists of them (one level deep)."""
+def tensors_of(args: tuple, kwargs: dict, unwrap: bool = True) -> Iterator[torch.Tensor]:
+    """The tensors of a call: arguments are tensors, or lists of them (one level deep). With `unwrap`,
+    functorch's wrappers (vmap's batched tensors, grad's) stand for the tensor they wrap: they hold no
+    storage, so no label, and would pass for host memory. Aten ops below Python never see them."""
     for value in (*args, *kwargs.values()):
         if isinstance(value, torch.Tensor):
-            yield value
+            yield underlying(value) if unwrap else value
         elif isinstance(value, (list, tuple)):
             for item in value:
                 if isinstance(item, torch.Tensor):
-                    yield item
+                    yield underlying(item) if unwrap else item
+
+
+_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+_unwrapped = torch._C._functorch.get_unwrapped
+
+
+def underlying(t: torch.Tensor) -> torch.Tensor:
+    while _is_wrapped(t):
+        t = _unwrapped(t)
+    return t
 
 
 def gpu_of(tensors: Any) -> int | None:
@@ -196,7 +208,7 @@ class PlacementMode(TorchDispatchMode):
             # device=cpu below Python is C++ passing a simulated tensor's own (host) options on, as in
             # autograd's `grad.to(self.options())`: the result stays with the inputs. The program's
             # own host requests (.cpu(), device="cpu") are settled in tensors.py before reaching here.
-            target = gpu_of(tensors_of(args, kwargs))
+            target = gpu_of(tensors_of(args, kwargs, unwrap=False))
         else:
             kwargs = {**kwargs, "device": _CPU}
         if target is None:
@@ -230,9 +242,21 @@ _OPS: dict[Any, _Op] = {}
 _HOP_KEYS = [getattr(torch._C.DispatchKey, name) for name in ("CUDA", "CompositeExplicitAutograd", "CPU", "BackendSelect")]
 
 
+def _cond(pred: Any, true_fn: Callable, false_fn: Callable, operands: Any) -> Any:
+    """torch.cond's eager meaning (its dense kernel refuses to run under any dispatch mode)."""
+    return true_fn(*operands) if pred else false_fn(*operands)
+
+
+_EAGER_HOPS: dict[str, Callable] = {"cond": _cond}
+
+
 def _higher_order(func: Any, args: tuple, kwargs: dict) -> Any:
     """A higher-order operator (DTensor's random ops, checkpoint tags, control flow): run its GPU (or
     generic) implementation with placement still on, so the aten ops inside it are placed."""
+    eager = _EAGER_HOPS.get(func.name())
+    if eager is not None:
+        with PlacementMode():
+            return eager(*args, **kwargs)
     for key in _HOP_KEYS:
         if key in func.py_kernels:
             with PlacementMode():
