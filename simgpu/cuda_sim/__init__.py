@@ -45,6 +45,7 @@ def activate(gpus: int | None = None) -> None:
 
     api.install()
     surface.install_refusals()
+    surface.install_extension_refusals()
     comm.install()
     distributed.install()
     serialization.install()

@@ -273,6 +273,35 @@ def _refused_names() -> list[str]:
     return names
 
 
+_CUDA_SOURCES = (".cu", ".cuh")
+
+
+def _refuse_cuda_extensions(cpp_extension: Any) -> None:
+    """torch.utils.cpp_extension.load/load_inline of CUDA code (DeepSpeed's FusedAdam, apex) would stop in
+    torch's `CUDA_HOME environment variable is not set`; C++-only extensions still build."""
+    for name in ("load", "load_inline"):
+        original = getattr(cpp_extension, name, None)
+        if original is None:
+            continue
+
+        def build(*args: Any, _original: Callable = original, _name: str = name, **kwargs: Any) -> Any:
+            sources = kwargs.get("sources", args[1] if len(args) > 1 else ())
+            sources = [sources] if isinstance(sources, str) else list(sources or ())
+            if kwargs.get("cuda_sources") or kwargs.get("with_cuda") or any(
+                    str(s).endswith(_CUDA_SOURCES) for s in sources):
+                raise SimulationError(f"simgpu: torch.utils.cpp_extension.{_name} of CUDA code cannot run on simulated "
+                                      f"GPUs: its kernels need nvcc and a GPU (use the library's pure-PyTorch path)")
+            return _original(*args, **kwargs)
+
+        setattr(cpp_extension, name, functools.wraps(original)(build))
+
+
+def install_extension_refusals() -> None:
+    from simgpu.cuda_sim.import_hooks import after_import
+
+    after_import("torch.utils.cpp_extension", _refuse_cuda_extensions)
+
+
 def refuses(call: Callable[[], Any], name: str) -> bool:
     """Whether `call` fails with the one-line refusal naming `name` (the tests' check)."""
     try:

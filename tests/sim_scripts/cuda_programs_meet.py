@@ -88,4 +88,13 @@ assert b"simgpu" not in buffer.getvalue()
 buffer.seek(0)
 loaded = torch.load(buffer, weights_only=True)
 assert loaded["w"].device == torch.device("cuda:1") and loaded["where"] == torch.device("cuda:1")
+
+# a CUDA extension built at run time (DeepSpeed's FusedAdam, apex) is refused in one line, not torch's CUDA_HOME error
+from torch.utils.cpp_extension import load_inline  # noqa: E402
+
+try:
+    load_inline("kernel", cpp_sources="", cuda_sources="__global__ void f() {}", functions=[])
+    raise AssertionError("a CUDA extension was built on simulated GPUs")
+except RuntimeError as exc:
+    assert "torch.utils.cpp_extension.load_inline of CUDA code cannot run on simulated GPUs" in str(exc), exc
 print("OK cuda_programs_meet")
