@@ -209,6 +209,8 @@ class PlacementMode(TorchDispatchMode):
             # autograd's `grad.to(self.options())`: the result stays with the inputs. The program's
             # own host requests (.cpu(), device="cpu") are settled in tensors.py before reaching here.
             target = gpu_of(tensors_of(args, kwargs, unwrap=False))
+            if target is None and device is not None and func is not _ZERO_TENSOR and not any(tensors_of(args, kwargs, unwrap=False)):
+                target = _backward_node_gpu()
         else:
             kwargs = {**kwargs, "device": _CPU}
         if target is None:
@@ -218,6 +220,31 @@ class PlacementMode(TorchDispatchMode):
 
             return label(api.generator(target).run(lambda g: op.run(*args, **{**kwargs, "generator": g})), target)
         return label(op.run(*args, **kwargs), target)
+
+
+_ZERO_TENSOR = aten._efficientzerotensor.default  # no storage to carry a label: stays as torch made it
+
+
+def _backward_node_gpu() -> int | None:
+    """The GPU of the autograd node running now, if any: a backward formula that makes a tensor from its
+    input's options and no tensor argument (zero gradients: `_efficientzerotensor`, `zeros`) gets host
+    options here, where on CUDA it gets the input's GPU. The node's saved tensors say which GPU that is."""
+    node = torch._C._current_autograd_node()
+    if node is None:
+        return None
+    for name in dir(node):
+        if not name.startswith("_saved_"):
+            continue
+        try:
+            saved = getattr(node, name)
+        except RuntimeError:  # freed after an earlier backward
+            continue
+        for t in saved if isinstance(saved, (list, tuple)) else (saved,):
+            if isinstance(t, torch.Tensor):
+                index = devices.device_of(t)
+                if index is not None:
+                    return index
+    return None
 
 
 class _Op:

@@ -45,8 +45,8 @@ _SPARSE = ("devices.py: sparse tensors have no storage, so no device label: a sp
 _WRAPPED_DEVICE = ("tensors.py: inside vmap/grad, Tensor.device of a functorch-wrapped tensor says cpu (its "
                    "device comes from a storage it does not have), so torch code allocating with "
                    "device=x.device makes host tensors, and .to() under a transform fails on the missing storage")
-_ZERO_GRAD = ("placement.py: gradients autograd makes as efficient zero tensors (_efficientzerotensor, "
-              "from the input's host options, no tensor argument to take the GPU from) stay on the host")
+_ZERO_GRAD = ("placement.py: zero gradients autograd makes as efficient zero tensors (_efficientzerotensor, "
+              "from the input's host options) stay on the host: they have no storage to carry a label")
 OPEN: dict[tuple[str, str, str], str] = {
     ("to_sparse", "*", "forward"): _SPARSE, ("to_sparse", "*", "cuda"): _SPARSE,
     ("to_sparse", "*", "backward"): _SPARSE, ("to_sparse", "*", "grad"): _SPARSE,
@@ -56,7 +56,7 @@ OPEN: dict[tuple[str, str, str], str] = {
     **{(name, "", check): _WRAPPED_DEVICE for name in ("masked.std", "masked.var", "masked.cumsum", "masked.cumprod",
                                                        "svd_lowrank", "pca_lowrank", "to")
        for check in ("vmap", "grad")},
-    **{(name, "", check): _ZERO_GRAD for name in ("copysign", "nextafter", "sgn", "normal",
+    **{(name, "", check): _ZERO_GRAD for name in ("sgn", "normal",
                                                   "max_pool2d_with_indices_backward")
        for check in ("backward", "grad")},
     **{("tensor_split", "*", check): ("tensors.py: CUDA takes tensor_split's indices as a host tensor; the "
