@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from simgpu.cuda_sim import devices
+from simgpu.cuda_sim import autocast, devices
 from simgpu.cuda_sim.cuda_kernels import STAND_INS
 
 aten = torch.ops.aten
@@ -219,6 +219,9 @@ class PlacementMode(TorchDispatchMode):
             from simgpu.cuda_sim import api
 
             return label(api.generator(target).run(lambda g: op.run(*args, **{**kwargs, "generator": g})), target)
+        if autocast.enabled_here():  # CUDA autocast: the ops inside this op's kernel are cast, as on CUDA
+            with autocast.inner_ops_cast():
+                return label(op.run(*args, **kwargs), target)
         return label(op.run(*args, **kwargs), target)
 
 
