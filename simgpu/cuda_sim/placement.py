@@ -209,7 +209,8 @@ class PlacementMode(TorchDispatchMode):
             # autograd's `grad.to(self.options())`: the result stays with the inputs. The program's
             # own host requests (.cpu(), device="cpu") are settled in tensors.py before reaching here.
             target = gpu_of(tensors_of(args, kwargs, unwrap=False))
-            if target is None and device is not None and func is not _ZERO_TENSOR and not any(tensors_of(args, kwargs, unwrap=False)):
+            if target is None and device is not None and func is not _ZERO_TENSOR \
+                    and next(tensors_of(args, kwargs, unwrap=False), None) is None:
                 target = _backward_node_gpu()
         else:
             kwargs = {**kwargs, "device": _CPU}
