@@ -145,7 +145,7 @@ def _kernel(op: Any, policy: str) -> Callable:
     append = getattr(torch.ops.aten.norm, FP32_APPEND_DTYPE[name].split(".")[1]) if policy == "fp32_append_dtype" else None
 
     def cast_then_run(*args: Any, **kwargs: Any) -> Any:
-        with torch._C._ExcludeDispatchKeyGuard(_BELOW):
+        with torch._C._ExcludeDispatchKeyGuard(_BELOW), _below_a_cast():
             if policy == "banned":
                 raise RuntimeError(BANNED[name])
             if policy in ("fp32_set_opt_dtype", "fp32_append_dtype"):
@@ -169,6 +169,17 @@ def _kernel(op: Any, policy: str) -> Callable:
 _inside = threading.local()
 
 
+class _below_a_cast:
+    """While a listed op runs after its casts: nothing beneath it is cast again (AutocastCUDA stays
+    excluded below its kernels), so inner_ops_cast stands aside."""
+
+    def __enter__(self) -> None:
+        _inside.below = getattr(_inside, "below", 0) + 1
+
+    def __exit__(self, *exc: Any) -> None:
+        _inside.below -= 1
+
+
 class inner_ops_cast:
     """Around the kernel of an op on a simulated GPU, run by placement.py: let the ops it calls meet the key
     again, their tensors (intermediates placement never labels) counting as the GPU's. A dispatch mode runs
@@ -178,14 +189,14 @@ class inner_ops_cast:
     __slots__ = ("active",)
 
     def __enter__(self) -> None:
-        self.active = torch._C._dispatch_tls_is_dispatch_key_excluded(_KEY)
+        self.active = torch._C._dispatch_tls_is_dispatch_key_excluded(_KEY) and not getattr(_inside, "below", 0)
         if self.active:
             torch._C._dispatch_tls_set_dispatch_key_excluded(_KEY, False)
-        _inside.depth = getattr(_inside, "depth", 0) + 1
+            _inside.depth = getattr(_inside, "depth", 0) + 1
 
     def __exit__(self, *exc: Any) -> None:
-        _inside.depth -= 1
         if self.active:
+            _inside.depth -= 1
             torch._C._dispatch_tls_set_dispatch_key_excluded(_KEY, True)
 
 
