@@ -82,6 +82,8 @@ def _eligible(t: Any) -> bool:
     """CUDA's is_eligible: a floating tensor on the autocast device, not float64."""
     if not isinstance(t, torch.Tensor) or t.dtype not in _CAST_DTYPES:
         return False
+    if getattr(_inside, "depth", 0):  # an intermediate of a GPU op's kernel (no label: placement never saw it)
+        return True
     from simgpu.cuda_sim.placement import underlying
 
     return devices.device_of(underlying(t)) is not None
@@ -143,7 +145,7 @@ def _kernel(op: Any, policy: str) -> Callable:
     append = getattr(torch.ops.aten.norm, FP32_APPEND_DTYPE[name].split(".")[1]) if policy == "fp32_append_dtype" else None
 
     def cast_then_run(*args: Any, **kwargs: Any) -> Any:
-        with torch._C._ExcludeDispatchKeyGuard(_BELOW):
+        with torch._C._ExcludeDispatchKeyGuard(_BELOW), _below_a_cast():
             if policy == "banned":
                 raise RuntimeError(BANNED[name])
             if policy in ("fp32_set_opt_dtype", "fp32_append_dtype"):
@@ -162,6 +164,45 @@ def _kernel(op: Any, policy: str) -> Callable:
             return op(*(_cast(a, dtype) for a in args), **{k: _cast(v, dtype) for k, v in kwargs.items()})
 
     return cast_then_run
+
+
+_inside = threading.local()
+
+
+class _below_a_cast:
+    """While a listed op runs after its casts: nothing beneath it is cast again (AutocastCUDA stays
+    excluded below its kernels), so inner_ops_cast stands aside."""
+
+    def __enter__(self) -> None:
+        _inside.below = getattr(_inside, "below", 0) + 1
+
+    def __exit__(self, *exc: Any) -> None:
+        _inside.below -= 1
+
+
+class inner_ops_cast:
+    """Around the kernel of an op on a simulated GPU, run by placement.py: let the ops it calls meet the key
+    again, their tensors (intermediates placement never labels) counting as the GPU's. A dispatch mode runs
+    below every key above Python (they are excluded while it handles an op), but on CUDA the ops a kernel
+    calls (linalg_pinv's matmul) meet AutocastCUDA afresh."""
+
+    __slots__ = ("active",)
+
+    def __enter__(self) -> None:
+        self.active = torch._C._dispatch_tls_is_dispatch_key_excluded(_KEY) and not getattr(_inside, "below", 0)
+        if self.active:
+            torch._C._dispatch_tls_set_dispatch_key_excluded(_KEY, False)
+            _inside.depth = getattr(_inside, "depth", 0) + 1
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.active:
+            _inside.depth -= 1
+            torch._C._dispatch_tls_set_dispatch_key_excluded(_KEY, True)
+
+
+def enabled_here() -> bool:
+    """Whether CUDA autocast's key is on in this thread (cheap: one thread-local read)."""
+    return torch._C._dispatch_tls_is_dispatch_key_included(_KEY)
 
 
 # ---- switching the key with CUDA's autocast state ----------------------------------------------------

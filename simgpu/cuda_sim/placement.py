@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from simgpu.cuda_sim import devices, generators
+from simgpu.cuda_sim import autocast, devices, generators
 from simgpu.cuda_sim.cuda_kernels import STAND_INS
 
 aten = torch.ops.aten
@@ -209,6 +209,9 @@ class PlacementMode(TorchDispatchMode):
             # autograd's `grad.to(self.options())`: the result stays with the inputs. The program's
             # own host requests (.cpu(), device="cpu") are settled in tensors.py before reaching here.
             target = gpu_of(tensors_of(args, kwargs, unwrap=False))
+            if target is None and device is not None and func is not _ZERO_TENSOR \
+                    and next(tensors_of(args, kwargs, unwrap=False), None) is None:
+                target = _backward_node_gpu()
         else:
             kwargs = {**kwargs, "device": _CPU}
         if target is None:
@@ -217,7 +220,35 @@ class PlacementMode(TorchDispatchMode):
             stream = generators.stream_for(kwargs.get("generator"), target)
             if stream is not None:
                 return label(stream.run(lambda g: op.run(*args, **{**kwargs, "generator": g})), target)
+        if autocast.enabled_here():  # CUDA autocast: the ops inside this op's kernel are cast, as on CUDA
+            with autocast.inner_ops_cast():
+                return label(op.run(*args, **kwargs), target)
         return label(op.run(*args, **kwargs), target)
+
+
+_ZERO_TENSOR = aten._efficientzerotensor.default  # no storage to carry a label: stays as torch made it
+
+
+def _backward_node_gpu() -> int | None:
+    """The GPU of the autograd node running now, if any: a backward formula that makes a tensor from its
+    input's options and no tensor argument (zero gradients: `_efficientzerotensor`, `zeros`) gets host
+    options here, where on CUDA it gets the input's GPU. The node's saved tensors say which GPU that is."""
+    node = torch._C._current_autograd_node()
+    if node is None:
+        return None
+    for name in dir(node):
+        if not name.startswith("_saved_"):
+            continue
+        try:
+            saved = getattr(node, name)
+        except RuntimeError:  # freed after an earlier backward
+            continue
+        for t in saved if isinstance(saved, (list, tuple)) else (saved,):
+            if isinstance(t, torch.Tensor):
+                index = devices.device_of(t)
+                if index is not None:
+                    return index
+    return None
 
 
 class _Op:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 _GENERATOR = ("the output's shape depends on the sample's random values, which CUDA's record drew with "
               "CUDA's generator on the GPU and the simulation with the simulated GPU's (a CPU generator)")
+_DROPOUT = ("draws its mask from the simulated GPU's generator, not the host's (docs/cuda-simulation.md: GPU "
+            "random numbers are not CUDA's either)")
 _UNINITIALISED = "returns uninitialised memory: the values are whatever the allocator held, on CUDA too"
 _JITERATOR = ("torch.cuda.jiterator compiles CUDA C++ at run time (NVRTC); the host cannot run CUDA C++, so "
               "the simulation refuses it (today with torch's AttributeError for the missing "
@@ -26,6 +28,9 @@ EXPLAINED: dict[tuple[str, str, str], str] = {
     ("nonzero_static", "*", "cuda"): _GENERATOR,
     ("unique", "*", "cuda"): _GENERATOR,
     ("unique_consecutive", "*", "cuda"): _GENERATOR,
+    **{(name, "*", check): _DROPOUT for name in (
+        "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d", "nn.functional.alpha_dropout",
+        "nn.functional.feature_alpha_dropout", "nn.functional.rrelu") for check in ("values", "backward")},
     ("empty", "*", "values"): _UNINITIALISED,
     ("empty_like", "*", "values"): _UNINITIALISED,
     ("empty_permuted", "*", "values"): _UNINITIALISED,
@@ -45,8 +50,8 @@ _SPARSE = ("devices.py: sparse tensors have no storage, so no device label: a sp
 _WRAPPED_DEVICE = ("tensors.py: inside vmap/grad, Tensor.device of a functorch-wrapped tensor says cpu (its "
                    "device comes from a storage it does not have), so torch code allocating with "
                    "device=x.device makes host tensors, and .to() under a transform fails on the missing storage")
-_ZERO_GRAD = ("placement.py: gradients autograd makes as efficient zero tensors (_efficientzerotensor, "
-              "from the input's host options, no tensor argument to take the GPU from) stay on the host")
+_ZERO_GRAD = ("placement.py: zero gradients autograd makes as efficient zero tensors (_efficientzerotensor, "
+              "from the input's host options) stay on the host: they have no storage to carry a label")
 OPEN: dict[tuple[str, str, str], str] = {
     ("to_sparse", "*", "forward"): _SPARSE, ("to_sparse", "*", "cuda"): _SPARSE,
     ("to_sparse", "*", "backward"): _SPARSE, ("to_sparse", "*", "grad"): _SPARSE,
@@ -56,16 +61,18 @@ OPEN: dict[tuple[str, str, str], str] = {
     **{(name, "", check): _WRAPPED_DEVICE for name in ("masked.std", "masked.var", "masked.cumsum", "masked.cumprod",
                                                        "svd_lowrank", "pca_lowrank", "to")
        for check in ("vmap", "grad")},
-    **{(name, "", check): _ZERO_GRAD for name in ("copysign", "nextafter", "sgn", "normal",
+    **{(name, "", check): _ZERO_GRAD for name in ("sgn", "normal",
                                                   "max_pool2d_with_indices_backward")
        for check in ("backward", "grad")},
     **{("tensor_split", "*", check): ("tensors.py: CUDA takes tensor_split's indices as a host tensor; the "
                                       "program-call check refuses a host tensor beside a GPU tensor")
        for check in ("forward", "cuda", "autocast")},
-    **{(name, variant, "autocast"): ("autocast.py: CUDA gives bfloat16 (its pinv decomposition meets matmul "
-                                     "under AutocastCUDA); the host's linalg_pinv runs as one op below the "
-                                     "PreDispatch key, so nothing inside it is cast: not understood yet")
-       for name, variant in (("pinverse", ""), ("linalg.pinv", ""), ("linalg.pinv", "hermitian"))},
+    **{(name, "*", check): ("cuda_kernels.py: cuFFT computes float16 and complex32 (power-of-two sizes); the "
+                            "host's FFT has no half precision ('Unsupported dtype Half'): a stand-in computing in "
+                            "float32 and rounding, as CUDA's result, is still to write")
+       for name in ("fft.fft", "fft.fft2", "fft.fftn", "fft.ifft", "fft.ifft2", "fft.ifftn", "fft.rfft", "fft.rfft2",
+                    "fft.rfftn", "fft.irfft", "fft.irfft2", "fft.irfftn", "fft.hfft", "fft.hfft2", "fft.hfftn",
+                    "fft.ihfft", "fft.ihfft2", "fft.ihfftn") for check in ("cuda", "autocast")},
     **{("nn.functional.multi_head_attention_forward", "", check): (
         "the simulated result differs from the host's beyond rounding with dropout 0 and training=False: "
         "not understood yet (the CUDA record agrees on dtypes and shapes)") for check in ("values", "backward")},
