@@ -57,6 +57,7 @@ from simgpu.p2p_check import P2PChecker
 from simgpu.p2p_pairs import PairRendezvous
 from simgpu.issue_order import Issuer
 from simgpu.strict import Call, StrictChecker
+from simgpu.strict import call_site as strict_call_site
 
 BACKEND_NAME = "sim"
 Tensor = torch.Tensor
@@ -83,6 +84,13 @@ def _keep_pending(work: "SimWork") -> None:
         _PENDING_WORKS.popitem(last=False)
 
 
+def unfinished_operations() -> list[str]:
+    """This process's collectives and point-to-point ops that are still pending on any group: issued and
+    not ended (no peer matched them, or nobody waited and they are still running), named by call and
+    site. A warm rank must have none between two calls, or the next call meets them (simgpu.rank)."""
+    return [work.what for work in list(_PENDING_WORKS.values()) if work.unfinished()]
+
+
 def _keep_completed(work: "SimWork") -> None:
     _RECENTLY_COMPLETED.append(work)
     _PENDING_WORKS.pop(id(work), None)
@@ -100,6 +108,7 @@ class SimWork(dist.Work):
         self._done = False
         self._error: BaseException | None = None
         self._lock = threading.Lock()
+        self.what = "an operation"  # how unfinished_operations() names it: the call and its site
         _keep_pending(self)
 
     def _complete(self) -> None:
@@ -161,6 +170,16 @@ class SimWork(dist.Work):
         fut: torch.futures.Future = torch.futures.Future()
         fut.set_result(self._outputs)
         return fut
+
+    def unfinished(self) -> bool:
+        """Its transport operation has not ended (still in the strict check, queued, or moving data),
+        and the program has not waited for it; read without waiting, raising, or running the fix-up."""
+        if self._done or self._inner is None:
+            return False
+        try:
+            return not self._inner.is_completed()
+        except Exception:  # noqa: BLE001 - a failed operation has ended
+            return False
 
     @staticmethod
     def all_of(works: Sequence["SimWork"], outputs: Sequence[Tensor]) -> "SimWork":
@@ -227,8 +246,11 @@ def _collective(op: str) -> Callable:
             self._local.ticket = None
             try:
                 faults.before_collective(self, op, args)  # injected faults (simgpu.faults); a no-op unless armed
+                self._local.described = None
                 with suspended():  # the simulator's own tensors are plumbing, not simulated-GPU code
                     result = method(self, *args, **kwargs)
+                if isinstance(result, SimWork):
+                    result.what = self._local.described or op
                 self._batched(result)
                 if comm_log.ACTIVE is not False:  # SIMGPU_PREDICT: count it for the cost model
                     comm_log.record(op, self.size(), args)
@@ -337,7 +359,9 @@ class SimProcessGroup(dist.ProcessGroup):
                send: list | None = None, recv: list | None = None) -> None:
         """Post this call to the strict check; its gloo operation starts once every rank's agrees (_launch)."""
         self._local.checked = True
-        self._local.ticket = self._strict.post(Call(op, text, agree or {}, send, recv))
+        call = Call(op, text, agree or {}, send, recv)
+        self._local.ticket = self._strict.post(call)
+        self._local.described = f"{text} at {call.site or strict_call_site()}"
 
     def _launch(self, start: Callable[[], dist.Work]) -> Any:
         """Start this call's gloo operation once its strict check has passed, in the group's issue
@@ -797,6 +821,7 @@ class SimProcessGroup(dist.ProcessGroup):
         posted = self._p2p.post("send", dst, wire_tag, t)
         work = SimWork(self._gloo.send([_raw_bytes(t.contiguous())], dst, wire_tag), [t],
                        lambda: self._p2p.verify(posted))
+        work.what = _p2p_what("send", dst, t, posted)
         self._batched(work)
         if comm_log.ACTIVE is not False:
             comm_log.record("send", 2, (tensors,))
@@ -820,6 +845,7 @@ class SimProcessGroup(dist.ProcessGroup):
             if target is not t:
                 t.copy_(target)
         work = SimWork(self._gloo.recv([_raw_bytes(target)], src, self._p2p_tag(tag)), [t], finish)
+        work.what = _p2p_what("recv", src, t, posted)
         self._batched(work)
         if comm_log.ACTIVE is not False:
             comm_log.record("recv", 2, (tensors,))
@@ -884,6 +910,12 @@ class SimProcessGroup(dist.ProcessGroup):
 
 
 # ----------------------------------------------------------------------------- helpers
+def _p2p_what(op: str, peer: int, t: Tensor, posted: dict | None) -> str:
+    """A point-to-point op as unfinished_operations() names it (group ranks, as the call gave them)."""
+    site = posted["site"] if posted else strict_call_site()
+    return f"{op}({rules.describe(t)}, {'dst' if op == 'send' else 'src'}={peer}) at {site}"
+
+
 def _nothing() -> None:
     pass
 

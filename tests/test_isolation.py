@@ -1,0 +1,103 @@
+"""Every call starts from quiescent ranks (issue 28): a call that leaves a collective or point-to-point
+op pending fails itself, naming the rank, the op and its line, and the ranks are replaced; so no call's
+outcome depends on the calls before it on the same warm pool."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simgpu.pool import Binding, RankPool
+from tests import isolation_fns as fns
+
+SIM = Binding("sim", init_timeout=60.0)
+
+
+def _pool(world_size: int) -> RankPool:
+    return RankPool(world_size, SIM, timeout=60.0, straggler_grace=2.0, quiesce_grace=1.0)
+
+
+def _line_of(marker: str) -> int:
+    with open(fns.__file__) as f:
+        return next(i for i, line in enumerate(f, 1) if marker in line)
+
+
+def test_a_leftover_async_collective_fails_its_own_call_not_the_next() -> None:
+    with _pool(2) as pool:
+        starts = pool.starts
+        leak = pool.run(fns.one_rank_async, 0)
+        assert leak[1].ok and not leak[0].ok and leak[0].poisoned
+        assert leak[0].error_type == "simgpu.pool.UnfinishedOperations"
+        assert "rank 0 left 1 operation(s) pending" in leak[0].error
+        assert f"all_reduce(float32[1], op=SUM) at tests/isolation_fns.py:{_line_of('leak-site')}" in leak[0].error
+        after = pool.run(fns.all_reduce_token, 1.0)
+        assert [o.value for o in after] == [2.0, 2.0]  # not 101: the leftover is gone with the old ranks
+        assert pool.starts == starts + 1
+
+
+def test_an_unmatched_send_fails_its_call_and_the_next_is_clean() -> None:
+    with _pool(2) as pool:
+        leak = pool.run(fns.unmatched_isend, 1, 0)
+        assert leak[0].ok and not leak[1].ok and "send(float32[1], dst=0) at tests/isolation_fns.py" in leak[1].error
+        assert [o.value for o in pool.run(fns.ring_exchange)] == [1, 0]
+
+
+def test_ops_every_rank_issued_end_on_their_own() -> None:
+    with _pool(2) as pool:
+        starts = pool.starts
+        assert all(o.ok for o in pool.run(fns.all_issue_never_wait))
+        assert [o.value for o in pool.run(fns.all_reduce_token, 3.0)] == [6.0, 6.0] and pool.starts == starts
+
+
+# ----------------------------------------------------------------------------- property
+def _call(world: int) -> st.SearchStrategy:
+    rank = st.integers(0, world - 1)
+    return st.one_of(
+        st.tuples(st.just("all_reduce_token"), st.integers(1, 9).map(float)),
+        st.tuples(st.just("ring_exchange")),
+        st.tuples(st.just("all_issue_never_wait")),
+        st.tuples(st.just("one_rank_async"), rank),
+        st.tuples(st.just("unmatched_isend"), rank, rank).filter(lambda c: c[1] != c[2]),
+        st.tuples(st.just("mismatch")),
+        st.tuples(st.just("raise_on"), rank),
+    )
+
+
+def _expected(call: tuple, world: int) -> list[Any]:
+    """What each rank gives on fresh ranks: its value, or the name of the error it raises."""
+    name, *args = call
+    if name == "all_reduce_token":
+        return [args[0] * world] * world
+    if name == "ring_exchange":
+        return [(r - 1) % world for r in range(world)]
+    if name == "all_issue_never_wait":
+        return ["issued"] * world
+    if name in ("one_rank_async", "unmatched_isend"):
+        bad = args[0]
+        return ["UnfinishedOperations" if r == bad else "returned" for r in range(world)]
+    if name == "mismatch":
+        return ["CollectiveMismatch"] * world
+    return ["RuntimeError" if r == args[0] else "returned" for r in range(world)]
+
+
+_POOLS: dict[int, RankPool] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_pools():
+    yield
+    for pool in _POOLS.values():
+        pool.close(force=True)
+
+
+@settings(max_examples=6, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(2, 4).flatmap(lambda w: st.tuples(st.just(w), st.lists(_call(w), min_size=2, max_size=4))))
+def test_no_call_depends_on_the_calls_before_it(world_and_calls: tuple) -> None:
+    world, calls = world_and_calls
+    pool = _POOLS.setdefault(world, _pool(world))  # warm across examples: what one leaves, the next meets
+    for call in calls:
+        outcomes = pool.run(getattr(fns, call[0]), *call[1:])
+        got = [o.value if o.ok else (o.error_type or "").rsplit(".", 1)[-1] for o in outcomes]
+        assert got == _expected(call, world), f"{call} after {calls[:calls.index(call)]}"
