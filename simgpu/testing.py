@@ -314,19 +314,43 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Close the pools; a rank found dead at close fails the run, so a dying last test cannot leave
-    an all-passed report."""
+    an all-passed report. An xdist worker also hands the failure to the controller (workeroutput),
+    whose own exit status and report would otherwise never hear of it."""
     state = session.config.stash.get(_SESSION, None)
     if state is not None:
         try:
             state.close()
         except RankPoolError as exc:
             fail_session(session, exc)
+    for text in session.config.stash.get(_WORKER_FAILURES, []):
+        _report_failure(session, text)
+
+
+_WORKER_FAILURE = "simgpu_failure_after_last_test"
+_WORKER_FAILURES = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist controller: a worker that found a rank dead after its last test makes the run fail here too."""
+    text = (getattr(node, "workeroutput", None) or {}).get(_WORKER_FAILURE)
+    if text:
+        worker = getattr(getattr(node, "gateway", None), "id", "?")
+        node.config.stash.setdefault(_WORKER_FAILURES, []).append(f"[{worker}] {text}")
 
 
 def fail_session(session: pytest.Session, exc: BaseException) -> None:
-    """Report an error found after the last test (at pool close) and make the run's exit status say so."""
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    """Report an error found after the last test (at pool close) and make the run's exit status say so;
+    on an xdist worker, hand it to the controller too (pytest_testnodedown there fails the run)."""
     text = f"simgpu: {exc}"
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[_WORKER_FAILURE] = "\n".join(filter(None, [workeroutput.get(_WORKER_FAILURE), text]))
+    _report_failure(session, text)
+
+
+def _report_failure(session: pytest.Session, text: str) -> None:
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.write_sep("=", "simgpu: a rank failed after the last test's answer", red=True)
         reporter.write_line(text)
