@@ -78,8 +78,14 @@ def command_line(target: str | None, module: str | None, args: list[str]) -> lis
     return [target, *args]
 
 
-def environment(gpus: int, memory_gb: float | None) -> dict[str, str]:
+def environment(gpus: int, memory_gb: float | None, timeout: float | None = None) -> dict[str, str]:
+    """The program's environment. With --timeout, the strict deadline sits below it (unless
+    SIMGPU_STRICT_TIMEOUT is set), so a rank that never arrives is named before the run is killed."""
     env = dict(os.environ)
+    if timeout is not None:
+        strict_timeout = settings.strict_deadline_below(timeout, env)
+        if strict_timeout is not None:
+            env[settings.STRICT_TIMEOUT_ENV] = strict_timeout
     env["SIMGPU_GPUS"] = str(gpus)
     if memory_gb is not None:
         env["SIMGPU_GPU_MEMORY_GB"] = str(memory_gb)
@@ -118,7 +124,7 @@ def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: floa
         raise SystemExit(f"simgpu run: {exc}") from None
     check_installed_torch()
     if predict is None:
-        return _run(cmd, environment(gpus, memory_gb), timeout)
+        return _run(cmd, environment(gpus, memory_gb, timeout), timeout)
     from simgpu import comm_log, cost_model
 
     try:
@@ -126,7 +132,7 @@ def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: floa
     except cost_model.UnknownMachine as exc:
         raise SystemExit(f"simgpu run: --predict: {exc}") from None
     folder = tempfile.mkdtemp(prefix="simgpu-predict-")
-    env = environment(gpus, memory_gb)
+    env = environment(gpus, memory_gb, timeout)
     env.update({comm_log.ENV_MACHINE: predict, comm_log.ENV_DIR: folder})
     try:
         code = _run(cmd, env, timeout)

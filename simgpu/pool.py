@@ -257,8 +257,15 @@ class RankPool:
         """Get the ranks from the source and initialise their process group (bounded by binding.init_timeout)."""
         if self._ranks:
             return
-        # a fresh secret per start: the ranks sign their strict-check records with it (simgpu.strict)
-        binding = dataclasses.replace(self.binding, env=((GROUP_SECRET_ENV, secrets.token_hex(16)), *self.binding.env))
+        # a fresh secret per start: the ranks sign their strict-check records with it (simgpu.strict);
+        # the strict deadline below the call's, so a hung rank is named by the ranks that waited for it
+        from simgpu import settings
+
+        env = [(GROUP_SECRET_ENV, secrets.token_hex(16))]
+        strict_timeout = settings.strict_deadline_below(self.timeout, {**os.environ, **dict(self.binding.env)})
+        if strict_timeout is not None:
+            env.append((settings.STRICT_TIMEOUT_ENV, strict_timeout))
+        binding = dataclasses.replace(self.binding, env=(*env, *self.binding.env))
         try:
             self._ranks = self.source.launch(self.world_size, binding)
             self.source.handshake(self._ranks, binding, self._expect)

@@ -25,6 +25,20 @@ def strict_timeout(value: str) -> float:
     return seconds
 
 
+STRICT_DEFAULT_S = 30.0  # the strict check's deadline when nothing sets it (docs/simulator.md)
+
+
+def strict_deadline_below(call_deadline: float, env: Mapping[str, str] | None = None) -> str | None:
+    """The SIMGPU_STRICT_TIMEOUT to give ranks whose calls end at `call_deadline` seconds (None: the
+    environment already sets one). Half the call's deadline, at most the documented 30 s: the ranks
+    that waited in a collective then raise CollectiveTimeout naming the missing rank while the hung
+    one still runs, so the blame falls on it, not on every rank at the outer deadline."""
+    env = os.environ if env is None else env
+    if env.get(STRICT_TIMEOUT_ENV):
+        return None
+    return f"{min(STRICT_DEFAULT_S, call_deadline / 2):g}"
+
+
 def check_environment(env: Mapping[str, str] | None = None) -> None:
     """Raise ValueError (one line, naming the variable) if a setting the ranks will read is malformed."""
     from simgpu import faults

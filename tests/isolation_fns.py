@@ -62,3 +62,17 @@ def raise_on(ctx: Any, rank: int) -> str:
     if ctx.rank == rank:
         raise RuntimeError(f"rank {rank} gives up")
     return "returned"
+
+
+def quiet_hang(ctx: Any, rank: int) -> float:
+    """`rank` sleeps (no collective, no error) while the others wait in an all_reduce."""
+    import time
+
+    if ctx.rank == rank:
+        time.sleep(3600)
+    return all_reduce_token(ctx, 1.0)
+
+
+def return_early(ctx: Any, rank: int) -> float | None:
+    """`rank` returns at once while the others wait in an all_reduce it never joins."""
+    return None if ctx.rank == rank else all_reduce_token(ctx, 1.0)

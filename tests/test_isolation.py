@@ -158,3 +158,54 @@ def test_a_rank_dying_after_the_last_answer_fails_an_xdist_run(tmp_path, dist: s
     assert proc.returncode == pytest.ExitCode.TESTS_FAILED, out[-4000:]
     assert "a rank failed after the last test's answer" in out, out[-4000:]
     assert "rank 1 exited with code 7 after answering call #1 (test_dying_last.rank_exit_later)" in out, out[-4000:]
+
+
+# ----------------------------------------------------------------------------- blame with default settings
+def test_default_strict_deadline_sits_below_the_calls(monkeypatch) -> None:
+    from simgpu import settings
+
+    monkeypatch.delenv("SIMGPU_STRICT_TIMEOUT", raising=False)
+    assert settings.strict_deadline_below(60.0) == "30"  # the ranks fixture's default: the documented 30 s
+    assert settings.strict_deadline_below(10.0) == "5"
+    assert settings.strict_deadline_below(10.0, {"SIMGPU_STRICT_TIMEOUT": "7"}) is None  # the user's wins
+
+
+def test_a_quiet_hang_is_blamed_on_the_hung_rank_by_default(monkeypatch) -> None:
+    from simgpu.pool import RankPoolError
+
+    monkeypatch.delenv("SIMGPU_STRICT_TIMEOUT", raising=False)
+    with RankPool(3, SIM, timeout=12.0, straggler_grace=1.0) as pool:
+        with pytest.raises(RankPoolError) as info:
+            pool.run(fns.quiet_hang, 2)
+    err = info.value
+    assert err.kind == "timeout" and err.cause_ranks == [2] and err.collateral_ranks == [0, 1], str(err)
+    assert "rank(s) [2] did not arrive" in str(err)
+
+
+def test_a_rank_that_returns_early_is_named_by_default(monkeypatch) -> None:
+    from simgpu.outcomes import RanksFailed, values_or_raise
+
+    monkeypatch.delenv("SIMGPU_STRICT_TIMEOUT", raising=False)
+    with RankPool(2, SIM, timeout=12.0, straggler_grace=1.0) as pool:
+        outcomes = pool.run(fns.return_early, 1)
+    assert outcomes[1].ok and outcomes[0].error_type == "simgpu.strict.CollectiveTimeout"
+    with pytest.raises(RanksFailed, match=r"cause: rank\(s\) \[1\], which never reached the collective"):
+        values_or_raise(outcomes)
+
+
+def test_simgpu_run_names_the_hung_rank_before_its_timeout(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.processes import child_env
+
+    env = child_env()
+    env.pop("SIMGPU_STRICT_TIMEOUT", None)
+    script = Path(__file__).parent / "sim_scripts" / "blame.py"
+    done = subprocess.run([sys.executable, "-m", "simgpu", "run", "--gpus", "2", "--timeout", "60", str(script), "hang",
+                           str(tmp_path / "rendezvous")], env=env, capture_output=True, text=True, timeout=300,
+                          cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert done.returncode not in (0, 124), done.stderr[-3000:]  # the program failed; it was not killed at 60 s
+    assert "CollectiveTimeout" in done.stderr and "rank(s) [1] did not arrive" in done.stderr, done.stderr[-3000:]
