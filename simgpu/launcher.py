@@ -113,13 +113,12 @@ def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: floa
     """Run `cmd` on `gpus` simulated GPUs; its exit status (124 after a timeout).
 
     predict: a cost-model machine preset; the predicted communication time is printed at the end."""
-    if gpus < 1:
-        raise SystemExit(f"simgpu run: --gpus must be at least 1, got {gpus}")
     for name, value in (("--timeout", timeout), ("--memory-gb", memory_gb)):
         if value is not None and not 0 < value < float("inf"):
             raise SystemExit(f"simgpu run: {name} must be a finite number > 0, got {value!r}")
     try:
-        settings.check_environment()
+        settings.gpu_count(gpus)
+        settings.check_environment(world_size=gpus, where=f"simgpu run --gpus {gpus} (one rank per GPU)")
     except ValueError as exc:
         raise SystemExit(f"simgpu run: {exc}") from None
     check_installed_torch()

@@ -236,7 +236,8 @@ class RankPool:
         settings.positive_seconds("RankPool straggler_grace", straggler_grace)
         settings.positive_seconds("RankPool quiesce_grace", quiesce_grace)
         settings.positive_seconds("Binding init_timeout", binding.init_timeout)
-        settings.check_environment({**os.environ, **dict(binding.env)})  # what every rank will read
+        settings.check_environment({**os.environ, **dict(binding.env)}, world_size,  # what every rank will read
+                                   f"a pool of {world_size}")
         self.world_size = world_size
         self.binding = binding
         self.timeout = timeout

@@ -255,6 +255,10 @@ class RanksSession:
             check_backend(self.backend, self.backend_module, option="--simgpu-backend",
                           local_ranks=self._config.getoption("--simgpu-attach") is None)
             settings.positive_seconds("--simgpu-rank-timeout", self.timeout)
+            settings.positive_seconds("--simgpu-attach-timeout", self._config.getoption("--simgpu-attach-timeout"))
+            attach_world = self._config.getoption("--simgpu-attach-world-size")
+            if attach_world is not None and attach_world < 1:
+                raise ValueError(f"--simgpu-attach-world-size must be at least 1, got {attach_world}")
             settings.check_environment()
         except ValueError as exc:  # BackendChoiceError included
             raise pytest.UsageError(str(exc)) from None
