@@ -279,6 +279,8 @@ class SimProcessGroup(dist.ProcessGroup):
         self._local = threading.local()  # .checked, .ticket: the current call has posted its strict check
         self._issuer = Issuer(self._strict.settle, name=f"simgpu-issue-{rank}", guard=suspended,
                               drain_seconds=timeout.total_seconds())
+        self._timeout_s = timeout.total_seconds()
+        self._senders: dict[int, Issuer] = {}  # per destination: its sends, in order, each once its recv is posted
         if size > 1:  # the check's store connections, made now rather than at a first call: a rank whose
             self._strict.connect()  # first call is refused must tell the others at once (StrictChecker.reject)
         self._loopback: collections.deque = collections.deque()  # messages this rank sent to itself, in order
@@ -819,13 +821,40 @@ class SimProcessGroup(dist.ProcessGroup):
         self._pairs.first_contact(dst, "send")
         wire_tag = self._p2p_tag(tag)  # the check pairs messages as the wire does
         posted = self._p2p.post("send", dst, wire_tag, t)
-        work = SimWork(self._gloo.send([_raw_bytes(t.contiguous())], dst, wire_tag), [t],
-                       lambda: self._p2p.verify(posted))
+        payload = _raw_bytes(t.contiguous())
+        if posted is None:
+            inner = self._gloo.send([payload], dst, wire_tag)
+        else:
+            inner = self._sender(dst).submit(posted, lambda: self._send_sized(posted, payload, dst, wire_tag))
+        work = SimWork(inner, [t], lambda: self._p2p.verify(posted))
         work.what = _p2p_what("send", dst, t, posted)
         self._batched(work)
         if comm_log.ACTIVE is not False:
             comm_log.record("send", 2, (tensors,))
         return work
+
+    def _sender(self, dst: int) -> Issuer:
+        """The thread that starts this rank's sends to `dst`, in order, each once the recv it will be
+        delivered to is posted (gloo transmits only then anyway, so an isend returns at once as before)."""
+        if dst not in self._senders:
+            self._senders[dst] = Issuer(self._await_recv, name=f"simgpu-send-{self.rank()}-{dst}", guard=suspended,
+                                        drain_seconds=self._timeout_s)
+        return self._senders[dst]
+
+    def _await_recv(self, posted: dict) -> None:
+        self._p2p.await_peer(posted, self._timeout_s)
+
+    def _send_sized(self, posted: dict, payload: Tensor, dst: int, wire_tag: int) -> dist.Work:
+        """Send the message, or, when the posted recv has another size, exactly as many bytes as it expects:
+        gloo aborts the receiving process (SIGABRT) on a message larger than the buffer; this way the pair's
+        stream stays in step and both ranks raise P2PMismatch from the check (issue 28)."""
+        expects = self._p2p.expected_bytes(posted)
+        if expects is not None and expects != payload.numel():
+            resized = torch.zeros(expects, dtype=torch.uint8)
+            n = min(expects, payload.numel())
+            resized[:n].copy_(payload[:n])
+            payload = resized
+        return self._gloo.send([payload], dst, wire_tag)
 
     def recv(self, tensors: list[Tensor], src: int, tag: int = 0) -> SimWork:
         t = _one(tensors)
@@ -902,10 +931,14 @@ class SimProcessGroup(dist.ProcessGroup):
         NCCL; shutting gloo down under them closed the connections a peer still waited on."""
         comm_log.flush()
         self._issuer.finish()
+        for sender in self._senders.values():
+            sender.finish()
         self._gloo.shutdown()
 
     def abort(self) -> None:
         self._issuer.stop()
+        for sender in self._senders.values():
+            sender.stop()
         self._gloo.abort()
 
 
