@@ -190,6 +190,35 @@ class SimWork(dist.Work):
         return SimWork(None, outputs, wait_all)
 
 
+class _SendHandle:
+    """A send's transport handle (simgpu.issue_order.Deferred): waiting on it while its recv is not posted
+    marks the rank blocked on the peer, and a cycle of such waits raises P2PDeadlock
+    (simgpu.p2p_pairs.PairRendezvous.await_recv) instead of hanging. blocked=None: an eager send
+    (p2p_pairs.EAGER_SEND_BYTES), which completes for its waiter at once."""
+
+    def __init__(self, deferred: Any, blocked: Callable[[], None] | None):
+        self._deferred = deferred
+        self._blocked = blocked
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        if self._blocked is None:
+            return True
+        self._blocked()
+        return self._deferred.wait(timeout)
+
+    def is_completed(self) -> bool:
+        return self._blocked is None or self._deferred.is_completed()
+
+    def _source_rank(self) -> int:
+        return self._deferred._source_rank()
+
+    def get_future(self) -> torch.futures.Future:
+        return self._deferred.get_future()
+
+    def finish_started(self, timeout: float) -> None:
+        self._deferred.finish_started(timeout)
+
+
 # ----------------------------------------------------------------------------- tensor helpers
 def _raw(t: Tensor) -> Tensor:
     """1-D view of a dense tensor's memory in memory order (what NCCL reads and writes).
@@ -825,7 +854,13 @@ class SimProcessGroup(dist.ProcessGroup):
         if posted is None:
             inner = self._gloo.send([payload], dst, wire_tag)
         else:
-            inner = self._sender(dst).submit(posted, lambda: self._send_sized(posted, payload, dst, wire_tag))
+            eager = self._pairs.eager(payload.numel())
+            if eager:
+                payload = payload.clone()  # completes at once: the program may reuse its tensor
+            deferred = self._sender(dst).submit(posted, lambda: self._send_sized(posted, payload, dst, wire_tag))
+            inner = _SendHandle(deferred, None if eager else
+                                lambda: self._pairs.await_recv(dst, posted["site"], deferred.settled,
+                                                               lambda: posted.update(abandoned=True)))
         work = SimWork(inner, [t], lambda: self._p2p.verify(posted))
         work.what = _p2p_what("send", dst, t, posted)
         self._batched(work)

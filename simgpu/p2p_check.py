@@ -74,6 +74,9 @@ class P2PChecker:
         deadline = time.monotonic() + timeout
         pause = 0.0002
         while not store.check([key]):
+            if mine.get("abandoned"):
+                raise RuntimeError(f"simgpu: rank {self._global(self.rank)}'s {mine['role']} at {mine['site']} was "
+                                   "given up (P2PDeadlock)")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"simgpu: rank {self._global(self.rank)}'s {mine['role']}({mine['dtype']}"
                                    f"{mine['shape']}) at {mine['site']}: rank {self._global(mine['peer'])} posted no "

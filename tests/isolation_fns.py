@@ -76,3 +76,25 @@ def quiet_hang(ctx: Any, rank: int) -> float:
 def return_early(ctx: Any, rank: int) -> float | None:
     """`rank` returns at once while the others wait in an all_reduce it never joins."""
     return None if ctx.rank == rank else all_reduce_token(ctx, 1.0)
+
+
+def both_send_first(ctx: Any, numel: int) -> float:
+    """Both ranks of a pair `send` before they `recv` (blocking): each send waits for a recv that comes
+    only after the peer's own send."""
+    peer = 1 - ctx.rank
+    dist.send(torch.full((numel,), float(ctx.rank)), peer)  # send-first-site
+    got = torch.zeros(numel)
+    dist.recv(got, peer)
+    return got[0].item()
+
+
+def send_then_recv_paired(ctx: Any, numel: int) -> float:
+    """The same pair, rank 1 receiving first: fine everywhere."""
+    peer, got = 1 - ctx.rank, torch.zeros(numel)
+    if ctx.rank == 0:
+        dist.send(torch.full((numel,), 0.0), peer)
+        dist.recv(got, peer)
+    else:
+        dist.recv(got, peer)
+        dist.send(torch.full((numel,), 1.0), peer)
+    return got[0].item()

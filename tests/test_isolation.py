@@ -209,3 +209,32 @@ def test_simgpu_run_names_the_hung_rank_before_its_timeout(tmp_path) -> None:
                           cwd=os.path.dirname(os.path.dirname(__file__)))
     assert done.returncode not in (0, 124), done.stderr[-3000:]  # the program failed; it was not killed at 60 s
     assert "CollectiveTimeout" in done.stderr and "rank(s) [1] did not arrive" in done.stderr, done.stderr[-3000:]
+
+
+# ----------------------------------------------------------------------------- two ranks that both send first
+@pytest.mark.parametrize("numel", [1, 1 << 20])  # 4 bytes and 4 MiB
+def test_two_ranks_that_both_send_first_raise_p2p_deadlock(numel: int) -> None:
+    with _pool(2) as pool:
+        outcomes = pool.run(fns.both_send_first, numel)
+        assert [o.error_type for o in outcomes] == ["simgpu.p2p_pairs.P2PDeadlock"] * 2, [o.describe() for o in outcomes]
+        line = _line_of("send-first-site")
+        for o in outcomes:
+            assert "rank 0 send(dst=1) at tests/isolation_fns.py:%d waits for rank 1" % line in o.error, o.error
+            assert "rank 1 send(dst=0) at tests/isolation_fns.py:%d waits for rank 0" % line in o.error, o.error
+        assert [o.value for o in pool.run(fns.send_then_recv_paired, numel)] == [1.0, 0.0]
+
+
+def test_simgpu_run_reports_two_ranks_that_both_send_first(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.processes import child_env
+
+    script = Path(__file__).parent / "sim_scripts" / "blame.py"
+    done = subprocess.run([sys.executable, "-m", "simgpu", "run", "--gpus", "2", "--timeout", "120", str(script),
+                           "send_first", str(tmp_path / "rendezvous"), "1"], env=child_env(), capture_output=True,
+                          text=True, timeout=300, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert done.returncode not in (0, 124), done.stderr[-3000:]
+    assert "P2PDeadlock" in done.stderr and "rank 0 send(dst=1)" in done.stderr, done.stderr[-3000:]
