@@ -350,7 +350,7 @@ def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
         generator(index).set_state(state)
 
 
-# ---- memory, counted from the storages living on each simulated device ----
+# ---- memory: the caching allocator's model of each simulated device (simgpu.cuda_sim.memory) ----
 def memory_allocated(device: Any = None) -> int:
     return devices.memory_allocated(_index(device))
 
@@ -359,36 +359,43 @@ def max_memory_allocated(device: Any = None) -> int:
     return devices.max_memory_allocated(_index(device))
 
 
+def memory_reserved(device: Any = None) -> int:
+    return devices.memory_of(_index(device)).total_reserved()
+
+
+def max_memory_reserved(device: Any = None) -> int:
+    return devices.memory_of(_index(device)).peak_reserved
+
+
 def reset_peak_memory_stats(device: Any = None) -> None:
     devices.reset_peak(_index(device))
 
 
 def mem_get_info(device: Any = None) -> tuple[int, int]:
-    total = devices.table().total_memory
-    return total - memory_allocated(device), total
+    """(free, total) as cudaMemGetInfo: what this process has reserved is not free."""
+    mem = devices.memory_of(_index(device))
+    return max(mem.capacity - mem.total_reserved(), 0), mem.capacity
 
 
 def memory_stats(device: Any = None) -> dict[str, int]:
-    """The keys of CUDA's caching-allocator statistics programs read; nothing is cached here, so
-    reserved equals allocated."""
-    index = _index(device)
-    current, peak = devices.memory_allocated(index), devices.max_memory_allocated(index)
-    stats = {"num_alloc_retries": 0, "num_ooms": 0, "num_device_alloc": 0, "num_device_free": 0}
-    for kind in ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes"):
-        stats.update({f"{kind}.all.current": current, f"{kind}.all.peak": peak})
-    return stats
+    """The keys of CUDA's caching-allocator statistics programs read, from the allocator model."""
+    return devices.memory_of(_index(device)).stats()
 
 
 def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
-    stats = memory_stats(device)
-    return (f"simgpu simulated GPU {_index(device)}: allocated {stats['allocated_bytes.all.current']} bytes, "
-            f"peak {stats['allocated_bytes.all.peak']} bytes (no caching allocator)")
+    from simgpu.cuda_sim.memory import format_size
+
+    mem = devices.memory_of(_index(device))
+    return (f"simgpu simulated GPU {mem.index} (caching-allocator model): allocated {format_size(mem.total_allocated())}"
+            f" (peak {format_size(mem.peak_allocated)}), reserved {format_size(mem.total_reserved())} (peak "
+            f"{format_size(mem.peak_reserved)}), capacity {format_size(mem.limit)}; {mem.ooms} OOM(s)")
 
 
 def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
-    _index(device)
+    index = _index(device)
     if not 0 <= fraction <= 1:
         raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+    devices.memory_of(index).fraction = fraction
 
 
 def can_device_access_peer(device: Any, peer_device: Any) -> bool:
@@ -396,7 +403,9 @@ def can_device_access_peer(device: Any, peer_device: Any) -> bool:
 
 
 def empty_cache() -> None:
-    pass
+    if devices.initialized():
+        for index in range(devices.count()):
+            devices.memory_of(index).empty_cache()
 
 
 def _nothing(*args: Any, **kwargs: Any) -> None:
@@ -443,15 +452,15 @@ TORCH_CUDA = {
     "get_rng_state": get_rng_state, "set_rng_state": set_rng_state, "get_rng_state_all": get_rng_state_all,
     "set_rng_state_all": set_rng_state_all, "memory_allocated": memory_allocated,
     "max_memory_allocated": max_memory_allocated, "reset_peak_memory_stats": reset_peak_memory_stats,
-    "memory_reserved": memory_allocated, "max_memory_reserved": max_memory_allocated,
+    "memory_reserved": memory_reserved, "max_memory_reserved": max_memory_reserved,
     "mem_get_info": mem_get_info, "empty_cache": empty_cache, "is_initialized": is_initialized, "init": init,
     "_lazy_init": _lazy_init, "is_bf16_supported": is_bf16_supported, "is_tf32_supported": is_tf32_supported,
     "get_arch_list": lambda: ["sm_90"], "is_current_stream_capturing": lambda: False,
     "memory_stats": memory_stats, "memory_summary": memory_summary,
     "set_per_process_memory_fraction": set_per_process_memory_fraction, "ipc_collect": _nothing,
     "reset_max_memory_allocated": reset_peak_memory_stats, "reset_max_memory_cached": reset_peak_memory_stats,
-    "reset_accumulated_memory_stats": _nothing, "memory_cached": memory_allocated,
-    "max_memory_cached": max_memory_allocated, "can_device_access_peer": can_device_access_peer,
+    "reset_accumulated_memory_stats": _nothing, "memory_cached": memory_reserved,
+    "max_memory_cached": max_memory_reserved, "can_device_access_peer": can_device_access_peer,
     "CUDAGraph": _unsupported("CUDA graphs (torch.cuda.CUDAGraph)"),
     "graph": _unsupported("CUDA graph capture (torch.cuda.graph)"),
     "make_graphed_callables": _unsupported("CUDA graphs (torch.cuda.make_graphed_callables)"),
