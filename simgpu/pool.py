@@ -333,6 +333,8 @@ class RankPool:
         """
         ranks, self._ranks = self._ranks, []
         dead: list[_Rank] = []
+        # what the ranks started, read while they live: a rank that exits politely leaves its children to init
+        started = [pid for rk in ranks if isinstance(rk.process, LocalProcess) for pid in descendants(rk.process.pid)]
         if not force:
             dead = [rk for rk in ranks if not rk.process.is_alive()]
             for rk in ranks:
@@ -348,6 +350,7 @@ class RankPool:
             rk.process.kill()
             rk.conn.close()
             rk.diag.close()
+        _kill_pids(started)
         if dead:
             notes = ", ".join(f"rank {rk.rank} {rk.process.exit_note()}" for rk in sorted(dead, key=lambda r: r.rank))
             raise RankPoolError("crash", f"{notes} after answering {self._last_call} (found when the pool closed)",
@@ -581,6 +584,36 @@ def _recv_or_none(conn: Connection) -> Any:
         return None
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of pid, from /proc/<pid>/task/*/children (empty where /proc has none)."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as f:
+                    kids = [int(x) for x in f.read().split()]
+            except OSError:
+                continue
+            out += kids
+            todo += kids
+    return out
+
+
+def _kill_pids(pids: list[int]) -> None:
+    for pid in pids:
+        if not is_zombie(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
 def is_zombie(pid: int) -> bool:
     """True when `pid` has exited and awaits its parent's wait() (Linux /proc; elsewhere: never known)."""
     try:
@@ -603,7 +636,9 @@ def _exit_note(proc: Any) -> str:
 
 
 def _kill_tree(pid: int) -> None:
-    """Kill the rank's whole process group (it is a session leader), then the rank itself."""
+    """Kill the rank's descendants (those in sessions of their own too: the rank is their subreaper,
+    simgpu.rank), its whole process group (it is a session leader), then the rank itself."""
+    _kill_pids(descendants(pid))
     for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
         try:
             kill()

@@ -20,6 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def _in_forkserver_preload() -> bool:
@@ -65,7 +66,8 @@ if _in_forkserver_preload():
 
 
 def _die_with_parent() -> None:
-    """Own session (so the pool can kill our whole tree) and SIGKILL when the fork server dies."""
+    """Own session (so the pool can kill our whole tree), SIGKILL when the fork server dies, and child
+    subreaper (what we start in a new session or by a double fork stays our descendant)."""
     try:
         os.setsid()
     except OSError:
@@ -73,6 +75,7 @@ def _die_with_parent() -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # a double fork's orphan stays below us: the pool finds it
     except (OSError, AttributeError):
         pass
     if os.getppid() == 1:  # parent already gone before prctl took effect

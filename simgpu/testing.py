@@ -20,6 +20,7 @@ Installed as a pytest plugin (entry point `simgpu`), it adds to a project's runs
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import importlib.util
 import os
@@ -30,7 +31,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from simgpu import faults as faults_module
-from simgpu import settings
+from simgpu import reaper, settings
 from simgpu.outcomes import RanksFailed, values_or_raise
 from simgpu.pool import RankPool, RankPoolError
 from simgpu.selection import BackendChoiceError, attached_ranks, binding_for, check_backend
@@ -247,6 +248,7 @@ class RanksSession:
         self._attached: Any = None
         self.lease: Any = None
         self.pools: dict[int, RankPool] = {}
+        self.run_id = reaper.new_run_id()  # marks every rank (SIMGPU_RUN_ID), so close() finds what they started
 
     def check(self) -> None:
         """Fail the run at start-up, in one line, for a backend that cannot work here, a bad timeout, or
@@ -285,12 +287,14 @@ class RanksSession:
 
                 self.lease = worker_lease()
             binding = binding_for(self.backend, self.backend_module, lease=self.lease, simulated_gpus=True)
+            binding = dataclasses.replace(binding, env=(*binding.env, (reaper.RUN_ID_ENV, self.run_id)))
             self.pools[size] = RankPool(size, binding, timeout=self.timeout, source=self.attached)
         return self.pools[size]
 
     def close(self) -> None:
-        """Close every pool; a rank found dead at close (it died after the last answer) is raised
-        after all are closed."""
+        """Close every pool, then kill whatever the ranks started that still runs (in a new session or
+        double-forked, out of reach of a rank's process group: found by the session's run marker); a rank
+        found dead at close (it died after the last answer) is raised after all are closed."""
         failure: RankPoolError | None = None
         for pool in self.pools.values():
             try:
@@ -300,6 +304,9 @@ class RanksSession:
         self.pools.clear()
         if self._attached is not None:
             self._attached.close()
+        left = reaper.kill_marked(self.run_id)
+        if left:
+            sys.stderr.write(f"simgpu: could not kill processes {left} that the ranks started\n")
         if failure is not None:
             raise failure
 

@@ -1,8 +1,12 @@
-"""Every call starts from quiescent ranks (issue 28): a call that leaves a collective or point-to-point
-op pending fails itself, naming the rank, the op and its line, and the ranks are replaced; so no call's
-outcome depends on the calls before it on the same warm pool."""
+"""Isolation and blame you can trust (issue 28). Every call starts from quiescent ranks: a call that
+leaves a collective or point-to-point op pending fails itself, naming the rank, the op and its line, and
+the ranks are replaced, so no call's outcome depends on the calls before it on the same warm pool. A
+rank that dies after the last answer fails an xdist run too; with default settings a hung or departed
+rank is named; two ranks that both send first are a P2PDeadlock; nothing the ranks start outlives
+the session."""
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -238,3 +242,47 @@ def test_simgpu_run_reports_two_ranks_that_both_send_first(tmp_path) -> None:
                           text=True, timeout=300, cwd=os.path.dirname(os.path.dirname(__file__)))
     assert done.returncode not in (0, 124), done.stderr[-3000:]
     assert "P2PDeadlock" in done.stderr and "rank 0 send(dst=1)" in done.stderr, done.stderr[-3000:]
+
+
+# ----------------------------------------------------------------------------- nothing the ranks start outlives the session
+ESCAPING_CHILDREN = '''
+    import subprocess
+
+
+    def start_escapees(ctx, pidfile):
+        """A child in a new session (setsid) and a double-forked one (its parent shell exits at once)."""
+        setsid = subprocess.Popen(["setsid", "sleep", "300"])
+        out = subprocess.run(["sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True)
+        with open(f"{pidfile}.{ctx.rank}", "w") as f:
+            f.write(f"{setsid.pid} {out.stdout.strip()}")
+        return ctx.rank
+
+
+    def test_ranks_start_children_that_escape_their_group(ranks, tmp_path_factory):
+        assert ranks.run(start_escapees, PIDFILE) == [0, 1]
+'''
+
+
+def test_the_ranks_fixture_reaps_what_its_ranks_started(tmp_path) -> None:
+    import subprocess
+    import sys
+    import textwrap
+
+    from tests.processes import all_gone, child_env
+
+    pidfile = tmp_path / "pids"
+    (tmp_path / "test_escape.py").write_text(f"PIDFILE = {str(pidfile)!r}\n" + textwrap.dedent(ESCAPING_CHILDREN))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-p", "no:xdist",
+                           "--rootdir", str(tmp_path), str(tmp_path)], cwd=tmp_path, env=child_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    pids = [int(p) for rank in (0, 1) for p in (tmp_path / f"pids.{rank}").read_text().split()]
+    assert len(pids) == 4
+    try:
+        assert all_gone(pids, within=10.0), [p for p in pids if os.path.exists(f"/proc/{p}")]
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
