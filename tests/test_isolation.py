@@ -108,43 +108,6 @@ def test_no_call_depends_on_the_calls_before_it(world_and_calls: tuple) -> None:
 
 
 # ----------------------------------------------------------------------------- after the last test, under xdist
-LAST_TEST_DIES = '''
-    import os
-    import threading
-    import time
-
-    import pytest
-
-    PIDS = []
-
-
-    def rank_exit_later(ctx, after_s):
-        if ctx.rank == 1:
-            threading.Timer(after_s, os._exit, (7,)).start()
-        return ctx.rank
-
-
-    @pytest.fixture(scope="session")
-    def outlive():
-        yield
-        for pid in PIDS:  # after the last test's teardown: only the pool's close can see the death
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                try:
-                    with open(f"/proc/{pid}/stat") as f:
-                        if f.read().rsplit(")", 1)[1].split()[0] in "ZX":
-                            break
-                except FileNotFoundError:
-                    break
-                time.sleep(0.02)
-
-
-    def test_the_last_tests_rank_dies_after_its_teardown(outlive, ranks):
-        assert ranks.run(rank_exit_later, 1.0) == [0, 1]
-        PIDS.append(ranks.pool.pids()[1])
-'''
-
-
 @pytest.mark.parametrize("dist", ["loadfile", "load", "each"])
 def test_a_rank_dying_after_the_last_answer_fails_an_xdist_run(tmp_path, dist: str) -> None:
     """The worker finds the death when its pools close; the controller's exit status and report say so."""
@@ -153,15 +116,16 @@ def test_a_rank_dying_after_the_last_answer_fails_an_xdist_run(tmp_path, dist: s
     import textwrap
 
     from tests.processes import child_env
+    from tests.test_pool_interrupted import DYING_RANKS
 
-    (tmp_path / "test_dying_last.py").write_text(textwrap.dedent(LAST_TEST_DIES).lstrip())
+    (tmp_path / "test_dying.py").write_text(textwrap.dedent(DYING_RANKS).lstrip())
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2", "--dist", dist,
-                           "--rootdir", str(tmp_path), str(tmp_path)], cwd=tmp_path, env=child_env(),
-                          capture_output=True, text=True, timeout=300)
+                           "-k", "the_last_tests_rank_dies", "--rootdir", str(tmp_path), str(tmp_path)], cwd=tmp_path,
+                          env=child_env(), capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == pytest.ExitCode.TESTS_FAILED, out[-4000:]
-    assert "a rank failed after the last test's answer" in out, out[-4000:]
-    assert "rank 1 exited with code 7 after answering call #1 (test_dying_last.rank_exit_later)" in out, out[-4000:]
+    assert "1 passed" in out and "a rank failed after the last test's answer" in out, out[-4000:]
+    assert "rank 1 exited with code 7 after answering call #1 (test_dying.rank_exit_later)" in out, out[-4000:]
 
 
 # ----------------------------------------------------------------------------- blame with default settings
