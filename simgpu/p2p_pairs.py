@@ -22,8 +22,7 @@ turns the model off with the strict check.
 The same chain-following reports sends that wait for each other (`await_recv`): a rank waiting on a
 send whose recv is not posted is blocked on that peer, so two ranks that both `send` before they
 `recv` (their pair communicator already made) form a 2-rank cycle, reported as P2PDeadlock as the
-3-rank ring is. Whether NCCL completes a small send without its recv is a GPU finding still to be
-recorded: EAGER_SEND_BYTES is where it goes.
+3-rank ring is, at every message size (NCCL's recorded behaviour: EAGER_SEND_BYTES).
 """
 from __future__ import annotations
 
@@ -38,11 +37,11 @@ import torch.distributed as dist
 from simgpu import strict
 
 _PREFIX = "simgpu/p2p"
-# A send that waits for its recv (below) completes on NCCL without one when the message is small enough
-# for NCCL's eager buffers: on a GPU, two ranks that both `send` 1 element first may go on, where 4 MiB
-# hang. Until that is measured (the lead records NCCL's behaviour as a conformance finding), every send
-# here waits for its recv, as gloo's does: set EAGER_SEND_BYTES to the recorded bound and sends of at
-# most that many bytes complete at once (their data copied) and never form a cycle.
+# Whether NCCL completes a small send without its recv, as a recorded finding: on 2x H200 (NCCL 2.28.9,
+# conformance/results/nccl-send-first-2026-11-26 on main) no size completed (4 B and 4 KiB hung, 1 MiB and
+# up aborted), so every send here waits for its recv and a send-first cycle is a deadlock at any size.
+# A later finding that some size does complete sets the bound: sends of at most that many bytes then
+# complete at once (their data copied) and never form a cycle.
 EAGER_SEND_BYTES: int | None = None
 _BLOCKED_GRACE_S = 0.02  # a send waited for this long without its recv posted marks its rank blocked
 WINDOW_S = 2.0    # how long a first call waits for its peer before the rank goes on (capped by the strict deadline)
