@@ -213,7 +213,8 @@ class _SendHandle:
         return self._deferred._source_rank()
 
     def get_future(self) -> torch.futures.Future:
-        return self._deferred.get_future()
+        """None, as gloo's point-to-point works: SimWork.get_future then waits and gives a done future."""
+        raise RuntimeError("simgpu: a send's work has no future (as gloo's point-to-point works)")
 
     def finish_started(self, timeout: float) -> None:
         self._deferred.finish_started(timeout)
