@@ -44,8 +44,11 @@ def values_or_raise(outcomes: list[RankOutcome]) -> list[Any]:
     failed = [o for o in outcomes if not o.ok and not _skipped(o)]
     if failed:
         first = min(failed, key=lambda o: o.seconds)  # the fastest to fail is the likeliest cause
+        missing = sorted({r for o in failed for r in o.missing_ranks or ()})
+        blame = (f"; cause: rank(s) {missing}, which never reached the collective the others waited in"
+                 if missing and all(o.missing_ranks for o in failed) else "")
         raise RanksFailed(f"{len(failed)} of {len(outcomes)} rank(s) failed; rank {first.rank} first "
-                          f"({first.error_type})", outcomes)
+                          f"({first.error_type}){blame}", outcomes)
     if skipped and len(skipped) < len(outcomes):
         raise RanksFailed(f"ranks disagree about skipping: {[o.rank for o in skipped]} skipped, "
                           f"{[o.rank for o in outcomes if o.ok]} ran", outcomes)
