@@ -1,7 +1,7 @@
 """PyTorch's OpInfo database on simulated GPUs, held to the host and to the committed CUDA record
 (tests/simulated_device/, docs/simulated-device-suite.md). The sweep runs under `simgpu run` in a child
 process, in shards so xdist spreads them: by default one dtype and the first sample of every op; with
---full every dtype CUDA supports and every sample."""
+--opinfo-all every dtype CUDA supports and every sample (about 4 hours on 2 busy cores: no CI tier runs it)."""
 from __future__ import annotations
 
 import json
@@ -39,7 +39,7 @@ def test_opinfo_first_samples(shard: int, tmp_path: Path) -> None:
     _check(_sweep(tmp_path, shard, DEFAULT_SHARDS, full=False, timeout=900))
 
 
-@pytest.mark.full
+@pytest.mark.opinfo_all
 @pytest.mark.parametrize("shard", range(FULL_SHARDS))
 def test_opinfo_every_dtype_and_sample(shard: int, tmp_path: Path) -> None:
     _check(_sweep(tmp_path, shard, FULL_SHARDS, full=True, timeout=7200))

@@ -164,6 +164,8 @@ def resolve(device: Any) -> int | None:
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+_functorch_unwrapped = torch._C._functorch.get_unwrapped
 
 
 def device_of(t: torch.Tensor) -> int | None:
@@ -171,6 +173,8 @@ def device_of(t: torch.Tensor) -> int | None:
 
     A tensor subclass that wraps others (DTensor, AsyncCollectiveTensor, ...) lives where the first
     tensor it wraps lives (its __tensor_flatten__ names them), as torch builds such wrappers."""
+    if _is_functorch_wrapped(t):  # vmap's batched tensors, grad's: where the tensor they wrap lives
+        return device_of(_functorch_unwrapped(t))
     try:
         storage = t.untyped_storage()
     except (RuntimeError, NotImplementedError):  # sparse, nested, meta wrappers: host semantics

@@ -70,6 +70,10 @@ REFUSED_MODULES: dict[str, str] = {
     "torch.cuda.green_contexts": "green contexts partition a GPU's SMs",
 }
 
+# factories whose product is refused when it runs, not when it is made (as CUDA compiles a jiterator
+# function at its first call)
+_REFUSED_WHEN_CALLED = ("torch.cuda.jiterator._create_jit_fn", "torch.cuda.jiterator._create_multi_output_jit_fn")
+
 _OWN_EXCEPTION = "an exception class: raising and catching it needs no GPU"
 _OVER_SIMULATED = "torch's Python over functions the simulation provides"
 _FLAG = "a global setting torch keeps in Python or in its CPU library alike; it changes no result here"
@@ -220,6 +224,8 @@ def _refusing(name: str, original: Any) -> Any:
         return None  # a module's names are refused one by one; the module itself stays importable
     if not callable(original):  # an object such as torch.backends.cuda.cufft_plan_cache
         return _RefusedObject(message)
+    if name in _REFUSED_WHEN_CALLED:  # making a jiterator function is fine (torch's OpInfo does at import)
+        return functools.wraps(original)(lambda *args, **kwargs: functools.wraps(original)(refuse))
     refuse = functools.wraps(original)(refuse)  # torch's own code reads __wrapped__ of some (dynamo)
     refuse.__doc__ = message
     return refuse

@@ -97,4 +97,17 @@ try:
     raise AssertionError("a CUDA extension was built on simulated GPUs")
 except RuntimeError as exc:
     assert "torch.utils.cpp_extension.load_inline of CUDA code cannot run on simulated GPUs" in str(exc), exc
+
+# functorch's wrappers report the GPU of the tensor they wrap (vmap inside create_block_mask and torch.func)
+x = torch.ones(2, 3, device="cuda")
+assert torch.vmap(lambda r: r + torch.ones(3, device=r.device))(x).device == torch.device("cuda:0")
+assert torch.vmap(lambda r: r.to("cuda"))(x).device == torch.device("cuda:0")
+# split points given as a host tensor, as CUDA requires them
+assert torch.tensor_split(torch.arange(6.0, device="cuda"), torch.tensor([2]))[1].device == torch.device("cuda:0")
+# sparse tensors are not simulated: converting a GPU tensor is refused in one line, not made on the host
+try:
+    torch.ones(2, 2, device="cuda").to_sparse()
+    raise AssertionError("a sparse tensor was made from a simulated GPU tensor")
+except RuntimeError as exc:
+    assert "sparse tensors are not simulated" in str(exc), exc
 print("OK cuda_programs_meet")

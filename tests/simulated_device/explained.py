@@ -20,7 +20,12 @@ _FUSED_ATTENTION = ("CUDA's fused attention kernel (flash / memory-efficient), w
                     "scaled_dot_product_attention runs on the host's kernels instead (attention.py); called "
                     "directly, simgpu refuses it in one line (cuda_kernels.py)")
 
+_SPARSE_REFUSED = ("sparse tensors are not simulated: making one on a simulated GPU (to_sparse of a GPU tensor, a "
+                   "sparse factory with device='cuda') is refused in one line (tensors.py)")
+
 EXPLAINED: dict[tuple[str, str, str], str] = {
+    **{(name, "*", check): _SPARSE_REFUSED for name in ("to_sparse", "sparse.mm", "sparse.sampled_addmm")
+       for check in ("forward", "cuda", "backward", "grad", "autocast", "values", "vmap")},
     ("masked_select", "*", "cuda"): _GENERATOR,
     ("nn.functional.one_hot", "*", "cuda"): _GENERATOR,
     ("bincount", "*", "cuda"): _GENERATOR,
@@ -45,28 +50,18 @@ EXPLAINED: dict[tuple[str, str, str], str] = {
        for name in ("_flash_attention_forward", "_efficient_attention_forward") for check in ("cuda", "autocast")},
 }
 
-_SPARSE = ("devices.py: sparse tensors have no storage, so no device label: a sparse result on a simulated GPU "
-           "says cpu and a later op mixing it with GPU tensors is refused")
 _WRAPPED_DEVICE = ("tensors.py: inside vmap/grad, Tensor.device of a functorch-wrapped tensor says cpu (its "
                    "device comes from a storage it does not have), so torch code allocating with "
                    "device=x.device makes host tensors, and .to() under a transform fails on the missing storage")
 _ZERO_GRAD = ("placement.py: zero gradients autograd makes as efficient zero tensors (_efficientzerotensor, "
               "from the input's host options) stay on the host: they have no storage to carry a label")
 OPEN: dict[tuple[str, str, str], str] = {
-    ("to_sparse", "*", "forward"): _SPARSE, ("to_sparse", "*", "cuda"): _SPARSE,
-    ("to_sparse", "*", "backward"): _SPARSE, ("to_sparse", "*", "grad"): _SPARSE,
-    ("sparse.mm", "*", "forward"): _SPARSE, ("sparse.mm", "*", "cuda"): _SPARSE,
-    ("sparse.sampled_addmm", "*", "forward"): _SPARSE, ("sparse.sampled_addmm", "*", "cuda"): _SPARSE,
-    ("sparse.sampled_addmm", "*", "autocast"): _SPARSE,
     **{(name, "", check): _WRAPPED_DEVICE for name in ("masked.std", "masked.var", "masked.cumsum", "masked.cumprod",
                                                        "svd_lowrank", "pca_lowrank", "to")
        for check in ("vmap", "grad")},
     **{(name, "", check): _ZERO_GRAD for name in ("sgn", "normal",
                                                   "max_pool2d_with_indices_backward")
        for check in ("backward", "grad")},
-    **{("tensor_split", "*", check): ("tensors.py: CUDA takes tensor_split's indices as a host tensor; the "
-                                      "program-call check refuses a host tensor beside a GPU tensor")
-       for check in ("forward", "cuda", "autocast")},
     **{(name, "*", check): ("cuda_kernels.py: cuFFT computes float16 and complex32 (power-of-two sizes); the "
                             "host's FFT has no half precision ('Unsupported dtype Half'): a stand-in computing in "
                             "float32 and rounding, as CUDA's result, is still to write")
