@@ -174,7 +174,7 @@ def device_of(t: torch.Tensor) -> int | None:
     A tensor subclass that wraps others (DTensor, AsyncCollectiveTensor, ...) lives where the first
     tensor it wraps lives (its __tensor_flatten__ names them), as torch builds such wrappers."""
     if _is_functorch_wrapped(t):  # vmap's batched tensors, grad's: where the tensor they wrap lives
-        return device_of(_functorch_unwrapped(t))
+        return device_of(innermost(t))
     try:
         storage = t.untyped_storage()
     except (RuntimeError, NotImplementedError):  # sparse, nested, meta wrappers: host semantics
@@ -191,9 +191,16 @@ def device_of(t: torch.Tensor) -> int | None:
     return index
 
 
+def innermost(t: torch.Tensor) -> torch.Tensor:
+    """The tensor functorch's wrappers (vmap, grad) wrap, however deep: the one with a storage."""
+    while _is_functorch_wrapped(t):
+        t = _functorch_unwrapped(t)
+    return t
+
+
 def place(t: torch.Tensor, index: int | None) -> torch.Tensor:
     """Put `t`'s storage on simulated device `index` (None: host), accounting its memory."""
-    storage = t.untyped_storage()
+    storage = innermost(t).untyped_storage()
     old = getattr(storage, LABEL, None)
     if old == index:
         return t
@@ -209,7 +216,7 @@ def place(t: torch.Tensor, index: int | None) -> torch.Tensor:
 def adopt(t: torch.Tensor, index: int) -> torch.Tensor:
     """Put `t`'s storage on simulated GPU `index` unless it is there already; a host storage moves
     (C++ makes tensors from a simulated tensor's host options), one on another GPU is an error."""
-    storage = t.untyped_storage()
+    storage = innermost(t).untyped_storage()
     old = getattr(storage, LABEL, None)
     if old == index:
         return t

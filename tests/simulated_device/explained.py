@@ -25,7 +25,7 @@ _SPARSE_REFUSED = ("sparse tensors are not simulated: making one on a simulated 
 
 EXPLAINED: dict[tuple[str, str, str], str] = {
     **{(name, "*", check): _SPARSE_REFUSED for name in ("to_sparse", "sparse.mm", "sparse.sampled_addmm")
-       for check in ("forward", "cuda", "backward", "grad", "autocast", "values", "vmap")},
+       for check in ("samples", "forward", "cuda", "backward", "grad", "autocast", "values", "vmap")},
     ("masked_select", "*", "cuda"): _GENERATOR,
     ("nn.functional.one_hot", "*", "cuda"): _GENERATOR,
     ("bincount", "*", "cuda"): _GENERATOR,
