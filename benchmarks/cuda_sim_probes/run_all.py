@@ -1,7 +1,9 @@
 """Run every probe on both environments, with and without the torch.cuda shim,
 and print markdown tables (steps x environment).
 
-Run: python3 benchmarks/cuda_sim_probes/run_all.py > /tmp/probe_tables.md
+Run: python3 benchmarks/cuda_sim_probes/run_all.py [--python LABEL=PATH ...] [CANDIDATE ...] > probe_tables.md
+Each --python is an interpreter with its own torch (a column pair: without and with the shim); the
+default is the project's venv, .venv/bin/python, else the interpreter running this script.
 """
 import json
 import os
@@ -9,8 +11,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PYS = [("2.13 CPU wheel", "/work/main/.venv/bin/python"),
-       ("2.14.1+cu130 (no GPU)", "/work/venv214/bin/python")]
+ROOT_VENV_PY = os.path.join(HERE, "..", "..", ".venv", "bin", "python")
 PROBES = [
     ("A", "probe_function_mode.py", {}),
     ("B", "probe_dispatch_mode.py", {}),
@@ -35,7 +36,28 @@ def cell(v):
     return (v or "").replace("|", "\\|")
 
 
-only = sys.argv[1:]
+def interpreters_and_candidates(argv):
+    """(label, python) pairs from --python LABEL=PATH, and the candidate labels named."""
+    pys, only, args = [], [], list(argv)
+    while args:
+        arg = args.pop(0)
+        if arg == "--python" and args and "=" in args[0]:
+            label, path = args.pop(0).split("=", 1)
+            pys.append((label, path))
+        elif arg.startswith("--python="):
+            label, path = arg[len("--python="):].split("=", 1)
+            pys.append((label, path))
+        else:
+            only.append(arg)
+    if not pys:
+        py = ROOT_VENV_PY if os.path.exists(ROOT_VENV_PY) else sys.executable
+        version = subprocess.run([py, "-c", "import torch; print(torch.__version__)"], capture_output=True,
+                                 text=True).stdout.strip() or "?"
+        pys = [(f"torch {version}", py)]
+    return pys, only
+
+
+PYS, only = interpreters_and_candidates(sys.argv[1:])
 for label, script, extra in PROBES:
     if only and label not in only:
         continue
