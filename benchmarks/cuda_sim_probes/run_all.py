@@ -5,6 +5,7 @@ Run: python3 benchmarks/cuda_sim_probes/run_all.py [--python LABEL=PATH ...] [CA
 Each --python is an interpreter with its own torch (a column pair: without and with the shim); the
 default is the project's venv, .venv/bin/python, else the interpreter running this script.
 """
+import argparse
 import json
 import os
 import subprocess
@@ -38,23 +39,20 @@ def cell(v):
 
 def interpreters_and_candidates(argv):
     """(label, python) pairs from --python LABEL=PATH, and the candidate labels named."""
-    pys, only, args = [], [], list(argv)
-    while args:
-        arg = args.pop(0)
-        if arg == "--python" and args and "=" in args[0]:
-            label, path = args.pop(0).split("=", 1)
-            pys.append((label, path))
-        elif arg.startswith("--python="):
-            label, path = arg[len("--python="):].split("=", 1)
-            pys.append((label, path))
-        else:
-            only.append(arg)
+    parser = argparse.ArgumentParser(description="the CUDA presentation probes, as markdown tables")
+    parser.add_argument("--python", action="append", default=[], metavar="LABEL=PATH",
+                        help="an interpreter with its own torch; repeat for more columns")
+    parser.add_argument("candidates", nargs="*", help="A, B, C, C+guard, D (default: all)")
+    args = parser.parse_args(argv)
+    pys = [tuple(spec.split("=", 1)) for spec in args.python if "=" in spec]
+    if len(pys) != len(args.python):
+        parser.error("--python takes LABEL=PATH")
     if not pys:
         py = ROOT_VENV_PY if os.path.exists(ROOT_VENV_PY) else sys.executable
         version = subprocess.run([py, "-c", "import torch; print(torch.__version__)"], capture_output=True,
                                  text=True).stdout.strip() or "?"
         pys = [(f"torch {version}", py)]
-    return pys, only
+    return pys, args.candidates
 
 
 PYS, only = interpreters_and_candidates(sys.argv[1:])
