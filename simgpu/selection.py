@@ -42,7 +42,7 @@ def check_backend(backend: str, backend_module: str | None, *, local_ranks: bool
 
     usable = usable_backends()
     why_not = _torch_backend_unusable(backend.lower())
-    if backend.upper() not in dist.Backend._plugins and why_not:
+    if why_not:  # also once torch registered it as a plugin (importing its fake_pg registers "fake")
         raise BackendChoiceError(f"{option}={backend}: {why_not}; choose one of: {', '.join(usable)}")
     if backend.upper() not in dist.Backend._plugins and backend.lower() not in usable:
         hint = "" if backend_module else f" (name the module that registers it with {option}-module)"

@@ -23,3 +23,12 @@ def test_the_choices_offered_are_the_ones_that_run() -> None:
         check_backend("nosuch", None, option="--simgpu-backend")
     check_backend("gloo", None, option="--simgpu-backend")
     check_backend("sim", None, option="--simgpu-backend")
+
+
+def test_fake_is_refused_also_once_torch_registered_it_as_a_plugin() -> None:
+    """Importing torch's fake_pg (some test suites do) registers "fake" as a plugin; still refused."""
+    import torch.testing._internal.distributed.fake_pg  # noqa: F401
+
+    assert "FAKE" in dist.Backend._plugins
+    with pytest.raises(BackendChoiceError, match=r"^--simgpu-backend=fake: torch's fake backend communicates nothing"):
+        check_backend("fake", None, option="--simgpu-backend")
