@@ -41,7 +41,7 @@ KEY_ENV = "SIMGPU_ATTACH_KEY"
 GENERATION_ENV = "SIMGPU_ATTACH_GENERATION"  # which start of the pool a rank's process group belongs to
 RESTART_CONNECT_TIMEOUT = 60.0  # seconds a restarted rank looks for its controller
 HANDSHAKE_TIMEOUT = 15.0  # seconds a connection may take, in all, to authenticate and say who it is
-MAX_HANDSHAKES = 64  # connections authenticating at once; more are refused at once (named on stderr)
+MAX_HANDSHAKES = 64  # connections authenticating at once; more wait in the listen backlog (delayed, never refused)
 _STACK, _BYE = b"S", b"B"  # controller -> rank on the diag channel
 
 
@@ -221,17 +221,21 @@ class AttachedRanks:
             rk.conn.send(("init", binding))
 
     def _accept_forever(self) -> None:
-        """Accept connections; each authenticates on its own thread, so a silent or slow peer delays nobody."""
+        """Accept connections; each authenticates on its own thread, so a silent or slow peer delays nobody.
+
+        With MAX_HANDSHAKES in progress, the next connection is accepted when one of them ends (each is
+        bounded by handshake_timeout): it waits in the listen backlog meanwhile, delayed, never refused
+        (issue 28: 100 silent peers used to get real ranks refused); a rank retries a handshake that its
+        own bound cut off (`_connect`)."""
         while True:
+            if not self._handshakes.acquire(blocking=False):
+                print(f"simgpu.attach: {MAX_HANDSHAKES} handshakes in progress; further connections wait until "
+                      f"one ends (at most {self.handshake_timeout:g} s)", file=sys.stderr)
+                self._handshakes.acquire()
             try:
                 sock, peer = self._server.accept()
             except OSError:
                 return  # the listener was closed
-            if not self._handshakes.acquire(blocking=False):
-                print(f"simgpu.attach: refused a connection from {peer[0]}: {MAX_HANDSHAKES} handshakes already "
-                      "in progress", file=sys.stderr)
-                sock.close()
-                continue
             threading.Thread(target=self._handshake, args=(sock, peer[0]), name="simgpu-attach-handshake",
                              daemon=True).start()
 
@@ -294,7 +298,23 @@ def _handshake_failure(exc: BaseException, expired: bool, step: str, bound: floa
 
 # ----------------------------------------------------------------------------- rank side
 def _connect(host: str, port: int, key: bytes, deadline: float, hello: dict) -> Connection:
-    """Connect (retrying until `deadline`: the controller may start later), authenticate, say hello."""
+    """Connect and handshake, again until `deadline` when the controller is not up yet or its answer does
+    not come within HANDSHAKE_TIMEOUT (its handshakes were all taken: the connection waited in its backlog)."""
+    while True:
+        try:
+            return _connect_once(host, port, key, deadline, hello)
+        except _HandshakeTimedOut:
+            if time.monotonic() > deadline:
+                raise AttachError(f"the controller at {host}:{port} accepted the connection but did not finish the "
+                                  f"handshake within {HANDSHAKE_TIMEOUT:g} s, until the deadline") from None
+            time.sleep(0.2)
+
+
+class _HandshakeTimedOut(Exception):
+    """The controller did not answer within HANDSHAKE_TIMEOUT (busy, or not a simgpu controller)."""
+
+
+def _connect_once(host: str, port: int, key: bytes, deadline: float, hello: dict) -> Connection:
     while True:
         try:
             sock = socket.create_connection((host, port), timeout=5.0)
@@ -312,8 +332,7 @@ def _connect(host: str, port: int, key: bytes, deadline: float, hello: dict) -> 
         conn.send(hello)
     except (BlockingIOError, socket.timeout):
         conn.close()
-        raise AttachError(f"the controller at {host}:{port} accepted the connection but did not finish the "
-                          f"handshake within {HANDSHAKE_TIMEOUT:g} s") from None
+        raise _HandshakeTimedOut() from None
     except (EOFError, ConnectionError):
         conn.close()
         raise AttachError(f"the controller at {host}:{port} closed the connection during the handshake "

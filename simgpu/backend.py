@@ -57,6 +57,7 @@ from simgpu.p2p_check import P2PChecker
 from simgpu.p2p_pairs import PairRendezvous
 from simgpu.issue_order import Issuer
 from simgpu.strict import Call, StrictChecker
+from simgpu.strict import call_site as strict_call_site
 
 BACKEND_NAME = "sim"
 Tensor = torch.Tensor
@@ -83,6 +84,13 @@ def _keep_pending(work: "SimWork") -> None:
         _PENDING_WORKS.popitem(last=False)
 
 
+def unfinished_operations() -> list[str]:
+    """This process's collectives and point-to-point ops that are still pending on any group: issued and
+    not ended (no peer matched them, or nobody waited and they are still running), named by call and
+    site. A warm rank must have none between two calls, or the next call meets them (simgpu.rank)."""
+    return [work.what for work in list(_PENDING_WORKS.values()) if work.unfinished()]
+
+
 def _keep_completed(work: "SimWork") -> None:
     _RECENTLY_COMPLETED.append(work)
     _PENDING_WORKS.pop(id(work), None)
@@ -100,6 +108,7 @@ class SimWork(dist.Work):
         self._done = False
         self._error: BaseException | None = None
         self._lock = threading.Lock()
+        self.what = "an operation"  # how unfinished_operations() names it: the call and its site
         _keep_pending(self)
 
     def _complete(self) -> None:
@@ -162,6 +171,16 @@ class SimWork(dist.Work):
         fut.set_result(self._outputs)
         return fut
 
+    def unfinished(self) -> bool:
+        """Its transport operation has not ended (still in the strict check, queued, or moving data),
+        and the program has not waited for it; read without waiting, raising, or running the fix-up."""
+        if self._done or self._inner is None:
+            return False
+        try:
+            return not self._inner.is_completed()
+        except Exception:  # noqa: BLE001 - a failed operation has ended
+            return False
+
     @staticmethod
     def all_of(works: Sequence["SimWork"], outputs: Sequence[Tensor]) -> "SimWork":
         """One handle for several works (the *_coalesced calls)."""
@@ -169,6 +188,36 @@ class SimWork(dist.Work):
             for work in works:
                 work.wait()
         return SimWork(None, outputs, wait_all)
+
+
+class _SendHandle:
+    """A send's transport handle (simgpu.issue_order.Deferred): waiting on it while its recv is not posted
+    marks the rank blocked on the peer, and a cycle of such waits raises P2PDeadlock
+    (simgpu.p2p_pairs.PairRendezvous.await_recv) instead of hanging. blocked=None: an eager send
+    (p2p_pairs.EAGER_SEND_BYTES), which completes for its waiter at once."""
+
+    def __init__(self, deferred: Any, blocked: Callable[[], None] | None):
+        self._deferred = deferred
+        self._blocked = blocked
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        if self._blocked is None:
+            return True
+        self._blocked()
+        return self._deferred.wait(timeout)
+
+    def is_completed(self) -> bool:
+        return self._blocked is None or self._deferred.is_completed()
+
+    def _source_rank(self) -> int:
+        return self._deferred._source_rank()
+
+    def get_future(self) -> torch.futures.Future:
+        """None, as gloo's point-to-point works: SimWork.get_future then waits and gives a done future."""
+        raise RuntimeError("simgpu: a send's work has no future (as gloo's point-to-point works)")
+
+    def finish_started(self, timeout: float) -> None:
+        self._deferred.finish_started(timeout)
 
 
 # ----------------------------------------------------------------------------- tensor helpers
@@ -227,8 +276,11 @@ def _collective(op: str) -> Callable:
             self._local.ticket = None
             try:
                 faults.before_collective(self, op, args)  # injected faults (simgpu.faults); a no-op unless armed
+                self._local.described = None
                 with suspended():  # the simulator's own tensors are plumbing, not simulated-GPU code
                     result = method(self, *args, **kwargs)
+                if isinstance(result, SimWork):
+                    result.what = self._local.described or op
                 self._batched(result)
                 if comm_log.ACTIVE is not False:  # SIMGPU_PREDICT: count it for the cost model
                     comm_log.record(op, self.size(), args)
@@ -257,6 +309,8 @@ class SimProcessGroup(dist.ProcessGroup):
         self._local = threading.local()  # .checked, .ticket: the current call has posted its strict check
         self._issuer = Issuer(self._strict.settle, name=f"simgpu-issue-{rank}", guard=suspended,
                               drain_seconds=timeout.total_seconds())
+        self._timeout_s = timeout.total_seconds()
+        self._senders: dict[int, Issuer] = {}  # per destination: its sends, in order, each once its recv is posted
         if size > 1:  # the check's store connections, made now rather than at a first call: a rank whose
             self._strict.connect()  # first call is refused must tell the others at once (StrictChecker.reject)
         self._loopback: collections.deque = collections.deque()  # messages this rank sent to itself, in order
@@ -337,7 +391,9 @@ class SimProcessGroup(dist.ProcessGroup):
                send: list | None = None, recv: list | None = None) -> None:
         """Post this call to the strict check; its gloo operation starts once every rank's agrees (_launch)."""
         self._local.checked = True
-        self._local.ticket = self._strict.post(Call(op, text, agree or {}, send, recv))
+        call = Call(op, text, agree or {}, send, recv)
+        self._local.ticket = self._strict.post(call)
+        self._local.described = f"{text} at {call.site or strict_call_site()}"
 
     def _launch(self, start: Callable[[], dist.Work]) -> Any:
         """Start this call's gloo operation once its strict check has passed, in the group's issue
@@ -795,12 +851,46 @@ class SimProcessGroup(dist.ProcessGroup):
         self._pairs.first_contact(dst, "send")
         wire_tag = self._p2p_tag(tag)  # the check pairs messages as the wire does
         posted = self._p2p.post("send", dst, wire_tag, t)
-        work = SimWork(self._gloo.send([_raw_bytes(t.contiguous())], dst, wire_tag), [t],
-                       lambda: self._p2p.verify(posted))
+        payload = _raw_bytes(t.contiguous())
+        if posted is None:
+            inner = self._gloo.send([payload], dst, wire_tag)
+        else:
+            eager = self._pairs.eager(payload.numel())
+            if eager:
+                payload = payload.clone()  # completes at once: the program may reuse its tensor
+            deferred = self._sender(dst).submit(posted, lambda: self._send_sized(posted, payload, dst, wire_tag))
+            inner = _SendHandle(deferred, None if eager else
+                                lambda: self._pairs.await_recv(dst, posted["site"], deferred.settled,
+                                                               lambda: posted.update(abandoned=True)))
+        work = SimWork(inner, [t], lambda: self._p2p.verify(posted))
+        work.what = _p2p_what("send", dst, t, posted)
         self._batched(work)
         if comm_log.ACTIVE is not False:
             comm_log.record("send", 2, (tensors,))
         return work
+
+    def _sender(self, dst: int) -> Issuer:
+        """The thread that starts this rank's sends to `dst`, in order, each once the recv it will be
+        delivered to is posted (gloo transmits only then anyway, so an isend returns at once as before)."""
+        if dst not in self._senders:
+            self._senders[dst] = Issuer(self._await_recv, name=f"simgpu-send-{self.rank()}-{dst}", guard=suspended,
+                                        drain_seconds=self._timeout_s)
+        return self._senders[dst]
+
+    def _await_recv(self, posted: dict) -> None:
+        self._p2p.await_peer(posted, self._timeout_s)
+
+    def _send_sized(self, posted: dict, payload: Tensor, dst: int, wire_tag: int) -> dist.Work:
+        """Send the message, or, when the posted recv has another size, exactly as many bytes as it expects:
+        gloo aborts the receiving process (SIGABRT) on a message larger than the buffer; this way the pair's
+        stream stays in step and both ranks raise P2PMismatch from the check (issue 28)."""
+        expects = self._p2p.expected_bytes(posted)
+        if expects is not None and expects != payload.numel():
+            resized = torch.zeros(expects, dtype=torch.uint8)
+            n = min(expects, payload.numel())
+            resized[:n].copy_(payload[:n])
+            payload = resized
+        return self._gloo.send([payload], dst, wire_tag)
 
     def recv(self, tensors: list[Tensor], src: int, tag: int = 0) -> SimWork:
         t = _one(tensors)
@@ -820,6 +910,7 @@ class SimProcessGroup(dist.ProcessGroup):
             if target is not t:
                 t.copy_(target)
         work = SimWork(self._gloo.recv([_raw_bytes(target)], src, self._p2p_tag(tag)), [t], finish)
+        work.what = _p2p_what("recv", src, t, posted)
         self._batched(work)
         if comm_log.ACTIVE is not False:
             comm_log.record("recv", 2, (tensors,))
@@ -876,14 +967,24 @@ class SimProcessGroup(dist.ProcessGroup):
         NCCL; shutting gloo down under them closed the connections a peer still waited on."""
         comm_log.flush()
         self._issuer.finish()
+        for sender in self._senders.values():
+            sender.finish()
         self._gloo.shutdown()
 
     def abort(self) -> None:
         self._issuer.stop()
+        for sender in self._senders.values():
+            sender.stop()
         self._gloo.abort()
 
 
 # ----------------------------------------------------------------------------- helpers
+def _p2p_what(op: str, peer: int, t: Tensor, posted: dict | None) -> str:
+    """A point-to-point op as unfinished_operations() names it (group ranks, as the call gave them)."""
+    site = posted["site"] if posted else strict_call_site()
+    return f"{op}({rules.describe(t)}, {'dst' if op == 'send' else 'src'}={peer}) at {site}"
+
+
 def _nothing() -> None:
     pass
 

@@ -45,6 +45,11 @@ from typing import Any, Iterator, Sequence
 
 ENV_VAR = "SIMGPU_FAULTS"
 ACTIONS = ("kill", "delay", "raise", "hang", "corrupt")
+# What a fault's `op` may name: the collectives the sim backend counts (simgpu.backend's _collective
+# names; tests/test_isolation.py keeps the two in step). A misspelled op would never fire.
+COUNTED_OPS = ("all_gather", "all_gather_into_tensor", "all_reduce", "all_reduce_coalesced", "all_to_all",
+               "all_to_all_single", "barrier", "broadcast", "gather", "reduce", "reduce_scatter",
+               "reduce_scatter_tensor", "scatter")
 # Collectives whose input is their first argument; for the others it is the second (outputs first).
 _INPUT_FIRST = {"all_reduce", "all_reduce_coalesced", "reduce", "broadcast"}
 _NO_INPUT = {"barrier"}
@@ -70,8 +75,15 @@ class Fault:
             raise ValueError(f"simgpu.faults: rank must be an int >= 0, got {self.rank!r}")
         if not isinstance(self.at, int) or self.at < 1:
             raise ValueError(f"simgpu.faults: 'at' counts collectives from 1, got {self.at!r}")
-        if self.seconds < 0:
-            raise ValueError(f"simgpu.faults: delay seconds must be >= 0, got {self.seconds!r}")
+        if not isinstance(self.seconds, (int, float)) or not 0 <= self.seconds < float("inf"):
+            raise ValueError(f"simgpu.faults: delay seconds must be a finite number >= 0, got {self.seconds!r}")
+        if self.op is not None and self.op not in COUNTED_OPS:
+            import difflib
+
+            close = difflib.get_close_matches(str(self.op), COUNTED_OPS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else f" (one of {', '.join(COUNTED_OPS)})"
+            raise ValueError(f"simgpu.faults: op {self.op!r} is not a collective the sim backend counts{hint}; "
+                             "the fault would never fire")
 
     def describe(self) -> str:
         what = {"delay": f"delay {self.seconds:g}s", "raise": f"raise {self.exc_type}",
@@ -126,6 +138,14 @@ def corrupt(rank: int, at: int = 1, op: str | None = None, amount: float | None 
 # ----------------------------------------------------------------------------- JSON / environment
 def to_json(*faults: Fault) -> str:
     return json.dumps([f.to_dict() for f in faults])
+
+
+def check_ranks(faults: Sequence[Fault], world_size: int, where: str) -> None:
+    """ValueError when a fault names a rank that `where` (world_size ranks) does not have: it would never fire."""
+    for f in faults:
+        if f.rank >= world_size:
+            raise ValueError(f"simgpu.faults: a fault names rank {f.rank} ({f.describe()}), but {where} has "
+                             f"{world_size} rank(s), 0..{world_size - 1}; it would never fire")
 
 
 def from_json(text: str) -> list[Fault]:

@@ -66,6 +66,10 @@ class Deferred:
         for callback in callbacks:
             callback()
 
+    def settled(self, timeout: float | None = None) -> bool:
+        """Whether the check has been settled (the operation started, or failed), waiting up to `timeout` s."""
+        return self._settled.wait(timeout)
+
     def _work(self) -> dist.Work:
         """The started gloo operation, once the check has passed (its error raised otherwise)."""
         self._settled.wait()  # bounded: the check waits at most the strict deadline

@@ -78,8 +78,14 @@ def command_line(target: str | None, module: str | None, args: list[str]) -> lis
     return [target, *args]
 
 
-def environment(gpus: int, memory_gb: float | None) -> dict[str, str]:
+def environment(gpus: int, memory_gb: float | None, timeout: float | None = None) -> dict[str, str]:
+    """The program's environment. With --timeout, the strict deadline sits below it (unless
+    SIMGPU_STRICT_TIMEOUT is set), so a rank that never arrives is named before the run is killed."""
     env = dict(os.environ)
+    if timeout is not None:
+        strict_timeout = settings.strict_deadline_below(timeout, env)
+        if strict_timeout is not None:
+            env[settings.STRICT_TIMEOUT_ENV] = strict_timeout
     env["SIMGPU_GPUS"] = str(gpus)
     if memory_gb is not None:
         env["SIMGPU_GPU_MEMORY_GB"] = str(memory_gb)
@@ -107,18 +113,17 @@ def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: floa
     """Run `cmd` on `gpus` simulated GPUs; its exit status (124 after a timeout).
 
     predict: a cost-model machine preset; the predicted communication time is printed at the end."""
-    if gpus < 1:
-        raise SystemExit(f"simgpu run: --gpus must be at least 1, got {gpus}")
     for name, value in (("--timeout", timeout), ("--memory-gb", memory_gb)):
         if value is not None and not 0 < value < float("inf"):
             raise SystemExit(f"simgpu run: {name} must be a finite number > 0, got {value!r}")
     try:
-        settings.check_environment()
+        settings.gpu_count(gpus)
+        settings.check_environment(world_size=gpus, where=f"simgpu run --gpus {gpus} (one rank per GPU)")
     except ValueError as exc:
         raise SystemExit(f"simgpu run: {exc}") from None
     check_installed_torch()
     if predict is None:
-        return _run(cmd, environment(gpus, memory_gb), timeout)
+        return _run(cmd, environment(gpus, memory_gb, timeout), timeout)
     from simgpu import comm_log, cost_model
 
     try:
@@ -126,7 +131,7 @@ def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: floa
     except cost_model.UnknownMachine as exc:
         raise SystemExit(f"simgpu run: --predict: {exc}") from None
     folder = tempfile.mkdtemp(prefix="simgpu-predict-")
-    env = environment(gpus, memory_gb)
+    env = environment(gpus, memory_gb, timeout)
     env.update({comm_log.ENV_MACHINE: predict, comm_log.ENV_DIR: folder})
     try:
         code = _run(cmd, env, timeout)

@@ -11,7 +11,10 @@ site) to the group's store, keyed by the pair, the tag and the message's number 
   was posted before the data it has just received).
 
 Neither side waits for the other beyond what the transport already waits: an isend never blocks on
-its peer's irecv. A mismatch raises P2PMismatch on both ranks with a table of the two calls; each side
+its peer's irecv. The sender's transport operation starts on a thread of its own (one per destination,
+in order) once the recv it will be delivered to is posted (`await_peer`; gloo transmits only then
+anyway), and sends exactly the bytes that recv expects: gloo aborts a process (SIGABRT, in C++) that
+receives a message larger than its buffer, so a mismatch would otherwise kill the receiver. A mismatch raises P2PMismatch on both ranks with a table of the two calls; each side
 deletes the descriptor it read once they agree. Records are signed like the collectives' (strict.py).
 SIMGPU_STRICT=0 turns the check off.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 from typing import Any, Callable
 
 from simgpu import strict
@@ -56,20 +60,51 @@ class P2PChecker:
         src, dst = (self.rank, peer) if role == "send" else (peer, self.rank)
         mine = {"role": role, "rank": self.rank, "peer": peer, "tag": tag, "n": number,
                 "base": f"{_PREFIX}/{src}->{dst}/{tag}/{number}", "numel": t.numel(),
-                "dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape), "site": strict.call_site()}
+                "dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape), "site": strict.call_site(),
+                "nbytes": t.numel() * t.element_size()}
         key = f"{mine['base']}/{role}"
         self.strict.store.set(key, self.strict.seal(key, strict._dumps(mine)))
         return mine
+
+    def await_peer(self, mine: dict, timeout: float) -> None:
+        """Wait (polling, up to `timeout` seconds) until the peer has posted its side of this message, and
+        remember its descriptor (expected_bytes); RuntimeError naming the call if it never does."""
+        key = self._peer_key(mine)
+        store = self.strict.store
+        deadline = time.monotonic() + timeout
+        pause = 0.0002
+        while not store.check([key]):
+            if mine.get("abandoned"):
+                raise RuntimeError(f"simgpu: rank {self._global(self.rank)}'s {mine['role']} at {mine['site']} was "
+                                   "given up (P2PDeadlock)")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"simgpu: rank {self._global(self.rank)}'s {mine['role']}({mine['dtype']}"
+                                   f"{mine['shape']}) at {mine['site']}: rank {self._global(mine['peer'])} posted no "
+                                   f"matching {'recv' if mine['role'] == 'send' else 'send'} within {timeout:g}s")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+        mine["theirs"] = self.strict.open(key, store.get(key))
+
+    @staticmethod
+    def expected_bytes(mine: dict) -> int | None:
+        """How many bytes the peer's side of the message holds (after await_peer; None: not known)."""
+        theirs = mine.get("theirs")
+        return None if theirs is None else theirs.get("nbytes")
+
+    def _peer_key(self, mine: dict) -> str:
+        return f"{mine['base']}/{'recv' if mine['role'] == 'send' else 'send'}"
 
     def verify(self, mine: dict | None) -> None:
         """When the message completed: compare with the peer's descriptor; P2PMismatch if they disagree."""
         if mine is None:
             return
-        key = f"{mine['base']}/{'recv' if mine['role'] == 'send' else 'send'}"
+        key = self._peer_key(mine)
         store = self.strict.store
-        if not store.check([key]):
-            return  # the peer has not posted (a send completed before the recv was posted) or already agreed
-        theirs = self.strict.open(key, store.get(key))
+        theirs = mine.get("theirs")
+        if theirs is None:
+            if not store.check([key]):
+                return  # the peer has not posted (a send completed before the recv was posted) or already agreed
+            theirs = self.strict.open(key, store.get(key))
         if theirs["numel"] == mine["numel"] and theirs["dtype"] == mine["dtype"]:
             store.delete_key(key)
             return

@@ -18,6 +18,11 @@ longer wait here could invent hangs that NCCL does not have. The "blocked on" en
 peer arrives, so ranks that come later still see the cycle. Keys are scoped to one creation of the
 group (a store counter), so a re-created group with the same store starts clean. SIMGPU_STRICT=0
 turns the model off with the strict check.
+
+The same chain-following reports sends that wait for each other (`await_recv`): a rank waiting on a
+send whose recv is not posted is blocked on that peer, so two ranks that both `send` before they
+`recv` (their pair communicator already made) form a 2-rank cycle, reported as P2PDeadlock as the
+3-rank ring is, at every message size (NCCL's recorded behaviour: EAGER_SEND_BYTES).
 """
 from __future__ import annotations
 
@@ -32,6 +37,13 @@ import torch.distributed as dist
 from simgpu import strict
 
 _PREFIX = "simgpu/p2p"
+# Whether NCCL completes a small send without its recv, as a recorded finding: on 2x H200 (NCCL 2.28.9,
+# conformance/results/nccl-send-first-2026-11-26 on main) no size completed (4 B and 4 KiB hung, 1 MiB and
+# up aborted), so every send here waits for its recv and a send-first cycle is a deadlock at any size.
+# A later finding that some size does complete sets the bound: sends of at most that many bytes then
+# complete at once (their data copied) and never form a cycle.
+EAGER_SEND_BYTES: int | None = None
+_BLOCKED_GRACE_S = 0.02  # a send waited for this long without its recv posted marks its rank blocked
 WINDOW_S = 2.0    # how long a first call waits for its peer before the rank goes on (capped by the strict deadline)
 _CONFIRM_S = 0.1  # a cycle must read the same twice this far apart (a rank may be between two calls)
 _BATCH_CODE = None
@@ -107,6 +119,31 @@ class PairRendezvous:
         self._ready.add(peer)
         self._unblock_if_on(peer)
 
+    def eager(self, nbytes: int) -> bool:
+        """Whether a send of nbytes completes without its recv (EAGER_SEND_BYTES, a recorded NCCL finding)."""
+        return EAGER_SEND_BYTES is not None and nbytes <= EAGER_SEND_BYTES
+
+    def await_recv(self, peer: int, site: str, settled: Callable[[float], bool], abandon: Callable[[], None]) -> None:
+        """A send to `peer` is waited for and its recv is not posted: mark this rank blocked on the peer
+        while it waits, and raise P2PDeadlock when the blocked ranks form a cycle back here (two ranks that
+        both send first; a ring of blocking sends), the same detection as first calls' (see _cycle).
+        settled(timeout) says whether the send has started; abandon() gives it up (P2PDeadlock)."""
+        if settled(_BLOCKED_GRACE_S) or not strict.enabled():
+            return
+        key = self._key("blocked", self.rank)
+        text = f"{peer}|send|{site}"
+        self.store.set(key, self._signer.seal(key, text) if self._signer is not None else text)
+        pause = 0.005
+        while not settled(pause):
+            cycle = self._cycle()
+            if cycle:
+                time.sleep(_CONFIRM_S)
+                if not settled(0) and self._cycle() == cycle:
+                    abandon()  # the record stays: the other ranks of the cycle see it too
+                    raise P2PDeadlock(self._deadlock_message(cycle, sends=True))
+            pause = min(pause * 2, 0.05)
+        self.store.set(key, "")
+
     # ------------------------------------------------------------------ store keys (one group creation)
     def _key(self, *parts: Any) -> str:
         if self._generation is None:  # every rank creates the group the same number of times
@@ -133,8 +170,14 @@ class PairRendezvous:
             self.store.set(key, "")
 
     def _waits_for(self, who: int) -> tuple[int, str, str] | None:
-        """(peer, op, call site) that `who` is blocked on, or None (not blocked, or its peer has arrived)."""
-        key = self._waiting(who)
+        """(peer, op, call site) that `who` is blocked on, or None (not blocked, or its peer has arrived):
+        a first call waiting for its pair's rendezvous, else a send waiting for its recv (await_recv)."""
+        edge = self._record(self._waiting(who))
+        if edge is not None and not self.store.check([self._key("arrived", edge[0], who)]):
+            return edge
+        return self._record(self._key("blocked", who))
+
+    def _record(self, key: str) -> tuple[int, str, str] | None:
         if not self.store.check([key]):
             return None
         text = self.store.get(key).decode()
@@ -143,8 +186,6 @@ class PairRendezvous:
         if self._signer is not None:
             text = self._signer.verified(key, text)
         peer, op, site = text.split("|", 2)
-        if self.store.check([self._key("arrived", int(peer), who)]):
-            return None
         return int(peer), op, site
 
     def _cycle(self) -> list[tuple[int, int, str, str]] | None:
@@ -160,10 +201,16 @@ class PairRendezvous:
             who = edge[0]
         return chain if who == self.rank else None
 
-    def _deadlock_message(self, cycle: list[tuple[int, int, str, str]]) -> str:
+    def _deadlock_message(self, cycle: list[tuple[int, int, str, str]], sends: bool = False) -> str:
         g = self._global
         steps = "; ".join(f"rank {g(r)} {op}({'dst' if op == 'send' else 'src'}={g(p)}) at {site} waits for rank {g(p)}"
                           for r, p, op, site in cycle)
+        if sends:
+            return (f"point-to-point sends in {self._label()} deadlock: {steps}. Each send waits for the recv "
+                    "its peer posts only after its own send (on NCCL: a send larger than its eager buffers "
+                    "does not complete before its recv is posted). Post the recvs first on some ranks (e.g. "
+                    "odd ranks receive first), or issue the pair together with dist.batch_isend_irecv. "
+                    f"(simgpu: global ranks; detected on rank {g(self.rank)})")
         return (f"first point-to-point calls in {self._label()} deadlock on NCCL: {steps}. ProcessGroupNCCL "
                 "creates a communicator for each pair at the pair's first send/recv and blocks until both "
                 "ranks have arrived, so every rank here waits for a rank that waits in turn. Make the first "

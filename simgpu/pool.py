@@ -220,25 +220,29 @@ class RankPool:
     `run(fn, *args)` calls `fn(ctx, *args)` on every rank (fn must be importable by name) and
     returns every rank's RankOutcome. Ranks that raise are reported, not fatal (unless the error
     poisons the process group: then the ranks are replaced before the next call); a crash or
-    hang raises RankPoolError after the pool has been killed.
+    hang raises RankPoolError after the pool has been killed. A rank that returns with operations
+    still pending (sim backend) fails the call and the ranks are replaced (`_quiesce`).
     source: where the ranks come from: forked here (default), or simgpu.attach.AttachedRanks
     for ranks that torchrun started on any number of hosts.
     """
 
     def __init__(self, world_size: int, binding: Binding = Binding(), *, timeout: float = 60.0,
-                 straggler_grace: float = 5.0, source: RankSource | None = None):
+                 straggler_grace: float = 5.0, source: RankSource | None = None, quiesce_grace: float = 5.0):
         if world_size < 1:
             raise ValueError(f"world_size must be >= 1, got {world_size}")
         from simgpu import settings
 
         settings.positive_seconds("RankPool timeout", timeout)
         settings.positive_seconds("RankPool straggler_grace", straggler_grace)
+        settings.positive_seconds("RankPool quiesce_grace", quiesce_grace)
         settings.positive_seconds("Binding init_timeout", binding.init_timeout)
-        settings.check_environment({**os.environ, **dict(binding.env)})  # what every rank will read
+        settings.check_environment({**os.environ, **dict(binding.env)}, world_size,  # what every rank will read
+                                   f"a pool of {world_size}")
         self.world_size = world_size
         self.binding = binding
         self.timeout = timeout
         self.straggler_grace = straggler_grace
+        self.quiesce_grace = quiesce_grace  # seconds a rank's pending ops get to end once every rank returned
         self.source: RankSource = source if source is not None else ForkedRanks()
         self._ranks: list[_Rank] = []
         self.starts = 0
@@ -254,8 +258,15 @@ class RankPool:
         """Get the ranks from the source and initialise their process group (bounded by binding.init_timeout)."""
         if self._ranks:
             return
-        # a fresh secret per start: the ranks sign their strict-check records with it (simgpu.strict)
-        binding = dataclasses.replace(self.binding, env=((GROUP_SECRET_ENV, secrets.token_hex(16)), *self.binding.env))
+        # a fresh secret per start: the ranks sign their strict-check records with it (simgpu.strict);
+        # the strict deadline below the call's, so a hung rank is named by the ranks that waited for it
+        from simgpu import settings
+
+        env = [(GROUP_SECRET_ENV, secrets.token_hex(16))]
+        strict_timeout = settings.strict_deadline_below(self.timeout, {**os.environ, **dict(self.binding.env)})
+        if strict_timeout is not None:
+            env.append((settings.STRICT_TIMEOUT_ENV, strict_timeout))
+        binding = dataclasses.replace(self.binding, env=(*env, *self.binding.env))
         try:
             self._ranks = self.source.launch(self.world_size, binding)
             self.source.handshake(self._ranks, binding, self._expect)
@@ -322,6 +333,8 @@ class RankPool:
         """
         ranks, self._ranks = self._ranks, []
         dead: list[_Rank] = []
+        # what the ranks started, read while they live: a rank that exits politely leaves its children to init
+        started = [pid for rk in ranks if isinstance(rk.process, LocalProcess) for pid in descendants(rk.process.pid)]
         if not force:
             dead = [rk for rk in ranks if not rk.process.is_alive()]
             for rk in ranks:
@@ -337,6 +350,7 @@ class RankPool:
             rk.process.kill()
             rk.conn.close()
             rk.diag.close()
+        _kill_pids(started)
         if dead:
             notes = ", ".join(f"rank {rk.rank} {rk.process.exit_note()}" for rk in sorted(dead, key=lambda r: r.rank))
             raise RankPoolError("crash", f"{notes} after answering {self._last_call} (found when the pool closed)",
@@ -384,6 +398,7 @@ class RankPool:
         try:
             outcomes = self._exchange(self.calls, payloads, timeout)
             self._check_alive_after(outcomes)
+            self._quiesce(self.calls, outcomes)
         except RankPoolError:
             raise  # the pool was torn down by _break
         except BaseException:
@@ -413,6 +428,37 @@ class RankPool:
             notes = ", ".join(f"rank {rk.rank} {rk.process.exit_note()} right after answering" for rk in dead)
             self._break("crash", notes, sorted(rk.rank for rk in dead),
                         sorted(set(range(self.world_size)) - {rk.rank for rk in dead}), outcomes)
+
+    def _quiesce(self, call_id: int, outcomes: list[RankOutcome | None]) -> None:
+        """Every call leaves the ranks quiescent, or fails: a rank that answered with collectives or
+        point-to-point ops still pending (issued, unmatched or unwaited, queued in the strict check) gets
+        `quiesce_grace` seconds, now that every rank has returned, for them to end; those that do not
+        fail the call on that rank, naming each op and its line, and mark it poisoned, so that the pool
+        is replaced and the next call cannot meet them (issue 28: one test's leftover all_reduce was
+        matched by the next test's)."""
+        flagged = [rk for rk in self._ranks if outcomes[rk.rank] is not None and outcomes[rk.rank].pending]
+        if not flagged:
+            return
+        for rk in flagged:
+            protocol.send(rk.conn, ("quiesce", call_id, self.quiesce_grace))
+        pending = {rk.conn: rk for rk in flagged}
+        deadline = time.monotonic() + self.quiesce_grace + self.straggler_grace
+        while pending:
+            ready = wait(list(pending) + [s for rk in pending.values() for s in rk.process.sentinels()],
+                         max(deadline - time.monotonic(), 0))
+            if not ready:
+                self._break("timeout", f"rank(s) {sorted(rk.rank for rk in pending.values())} did not answer whether "
+                            f"they were quiescent after {self._last_call}", sorted(rk.rank for rk in pending.values()),
+                            [], outcomes)
+            for conn in [c for c in list(pending) if c in ready or not pending[c].process.is_alive()]:
+                rk = pending.pop(conn)
+                reply = protocol.read_reply(conn, rk.rank, call_id) if conn in ready else None
+                if reply is None:
+                    self._break("crash", f"rank {rk.rank} {rk.process.exit_note()} while checked for pending operations",
+                                [rk.rank], [], outcomes)
+                left = reply.value if reply.ok else [f"(the check itself failed: {reply.error})"]
+                if left:
+                    outcomes[rk.rank] = _with_pending(outcomes[rk.rank], left, self.quiesce_grace, self._last_call)
 
     def _exchange(self, call_id: int, payloads: list[bytes], timeout: float) -> list[RankOutcome | None]:
         """Send the call to every rank, then read exactly one reply from each (or break the pool)."""
@@ -515,11 +561,57 @@ class RankPool:
         return stacks
 
 
+class UnfinishedOperations(RuntimeError):
+    """error_type of a rank that returned from a call with operations still pending (RankPool._quiesce)."""
+
+
+def _with_pending(out: RankOutcome, left: list[str], grace: float, call: str) -> RankOutcome:
+    """The rank's outcome of a call that left `left` pending: failed, poisoned (the pool is replaced)."""
+    ops = "; ".join(left)
+    text = (f"rank {out.rank} left {len(left)} operation(s) pending {grace:g}s after every rank returned from "
+            f"{call}: {ops} (issued and never completed: no peer made the matching call, or it was never waited "
+            f"for); the ranks are replaced so that the next call starts quiescent")
+    if out.ok:
+        return dataclasses.replace(out, ok=False, value=None, error_type=f"{__name__}.{UnfinishedOperations.__name__}",
+                                   error=text, traceback="", poisoned=True)
+    return dataclasses.replace(out, error=f"{out.error}\n{text}", poisoned=True)
+
+
 def _recv_or_none(conn: Connection) -> Any:
     try:
         return conn.recv()
     except (EOFError, OSError):
         return None
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of pid, from /proc/<pid>/task/*/children (empty where /proc has none)."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as f:
+                    kids = [int(x) for x in f.read().split()]
+            except OSError:
+                continue
+            out += kids
+            todo += kids
+    return out
+
+
+def _kill_pids(pids: list[int]) -> None:
+    for pid in pids:
+        if not is_zombie(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def is_zombie(pid: int) -> bool:
@@ -544,7 +636,9 @@ def _exit_note(proc: Any) -> str:
 
 
 def _kill_tree(pid: int) -> None:
-    """Kill the rank's whole process group (it is a session leader), then the rank itself."""
+    """Kill the rank's descendants (those in sessions of their own too: the rank is their subreaper,
+    simgpu.rank), its whole process group (it is a session leader), then the rank itself."""
+    _kill_pids(descendants(pid))
     for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
         try:
             kill()

@@ -27,6 +27,7 @@ class RankOutcome:
     seconds: float = 0.0
     poisoned: bool = False  # the error left the process group unusable (exception's poisons_process_group)
     missing_ranks: list[int] | None = None  # a strict timeout: the global ranks that never arrived
+    pending: list[str] | None = None  # ops the rank left pending when it answered (simgpu.rank.unfinished_operations)
 
     def describe(self) -> str:
         if self.ok:
@@ -95,8 +96,9 @@ class OutOfStep(RuntimeError):
 
 def outcome(rank: int, msg: tuple) -> RankOutcome:
     if msg[0] == "ok":
-        _, _, value, seconds = msg
-        return RankOutcome(rank, True, value=value, seconds=seconds)
+        _, _, value, seconds, *extra = msg
+        return RankOutcome(rank, True, value=value, seconds=seconds, pending=(extra[0] if extra else {}).get("pending"))
     _, _, etype, text, tb, seconds, poisoned, details = msg
+    details = details or {}
     return RankOutcome(rank, False, error_type=etype, error=text, traceback=tb, seconds=seconds, poisoned=poisoned,
-                       missing_ranks=(details or {}).get("missing_ranks"))
+                       missing_ranks=details.get("missing_ranks"), pending=details.get("pending"))

@@ -20,6 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def _in_forkserver_preload() -> bool:
@@ -65,7 +66,8 @@ if _in_forkserver_preload():
 
 
 def _die_with_parent() -> None:
-    """Own session (so the pool can kill our whole tree) and SIGKILL when the fork server dies."""
+    """Own session (so the pool can kill our whole tree), SIGKILL when the fork server dies, and child
+    subreaper (what we start in a new session or by a double fork stays our descendant)."""
     try:
         os.setsid()
     except OSError:
@@ -73,6 +75,7 @@ def _die_with_parent() -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # a double fork's orphan stays below us: the pool finds it
     except (OSError, AttributeError):
         pass
     if os.getppid() == 1:  # parent already gone before prctl took effect
@@ -233,6 +236,9 @@ def rank_main(rank: int, world_size: int, binding: Any, conn: Any, diag: Any) ->
             os._exit(0)
         if msg[0] == "close":
             break
+        if msg[0] == "quiesce":
+            _quiesce(conn, *msg[1:])
+            continue
         _serve(ctx, conn, *msg[1:])
     try:
         import torch.distributed as dist
@@ -251,9 +257,9 @@ def _serve(ctx: RankContext, conn: Any, call_id: int, payload: bytes) -> None:
         fn, args = pickle.loads(payload)  # here, not in recv: a function this rank cannot import is its error
         value = fn(ctx, *args)
         _raise_thread_errors()
-        conn.send(("ok", call_id, value, time.perf_counter() - start))
+        conn.send(("ok", call_id, value, time.perf_counter() - start, {"pending": unfinished_operations()}))
     except BaseException as exc:  # noqa: BLE001 - every rank's exception goes back to the controller
-        details = {"missing_ranks": getattr(exc, "missing_ranks", None)}
+        details = {"missing_ranks": getattr(exc, "missing_ranks", None), "pending": unfinished_operations()}
         reply = ("err", call_id, _qualname(type(exc)), safe_str(exc), traceback.format_exc(),
                  time.perf_counter() - start, bool(getattr(exc, "poisons_process_group", False)), details)
         try:
@@ -261,6 +267,25 @@ def _serve(ctx: RankContext, conn: Any, call_id: int, payload: bytes) -> None:
         except Exception as send_exc:  # noqa: BLE001 - an unpicklable value or exception
             conn.send(("err", call_id, _qualname(type(send_exc)), f"could not send result: {safe_str(send_exc)}",
                        traceback.format_exc(), time.perf_counter() - start, False, None))
+
+
+def unfinished_operations() -> list[str]:
+    """The sim backend's collectives and point-to-point ops of this process still pending (issued, not
+    ended), as "call at file:line"; none where the sim backend is not in use."""
+    backend = sys.modules.get("simgpu.backend")
+    return backend.unfinished_operations() if backend is not None else []
+
+
+def _quiesce(conn: Any, call_id: int, grace: float) -> None:
+    """Every rank has returned from the call: wait up to `grace` seconds for this rank's pending ops to
+    end (a peer matched them and they are still running) and answer with those that did not."""
+    start = time.perf_counter()
+    deadline = time.monotonic() + grace
+    left = unfinished_operations()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.01)
+        left = unfinished_operations()
+    conn.send(("ok", call_id, left, time.perf_counter() - start))
 
 
 def safe_str(exc: BaseException) -> str:

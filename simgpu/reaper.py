@@ -21,8 +21,9 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Callable
 
-from simgpu.pool import is_zombie
+from simgpu.pool import descendants, is_zombie
 
 RUN_ID_ENV = "SIMGPU_RUN_ID"
 _PR_SET_CHILD_SUBREAPER = 36
@@ -42,27 +43,6 @@ def become_subreaper() -> bool:
         return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of pid, from /proc/<pid>/task/*/children (empty where /proc has none)."""
-    out: list[int] = []
-    todo = [pid]
-    while todo:
-        parent = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{parent}/task/{task}/children") as f:
-                    kids = [int(x) for x in f.read().split()]
-            except OSError:
-                continue
-            out += kids
-            todo += kids
-    return out
 
 
 def marked(run_id: str) -> list[int]:
@@ -109,9 +89,20 @@ def _reap() -> None:
 def kill_all(run_id: str, exclude: set[int] = frozenset(), bound_s: float = KILL_BOUND_S) -> list[int]:
     """SIGKILL every descendant of this process and every process marked with run_id, until none is left
     (a dying process may start another). Returns the pids still alive after bound_s (normally none)."""
+    return _kill_until_none(lambda: set(descendants(os.getpid())) | set(marked(run_id)), exclude, bound_s)
+
+
+def kill_marked(run_id: str, bound_s: float = KILL_BOUND_S) -> list[int]:
+    """SIGKILL every process marked with run_id (and only those: the caller's other children live on),
+    until none is left; the pids still alive after bound_s. The `ranks` fixture's pools mark their ranks,
+    so what a rank started in a new session or by a double fork is found at the end of the session."""
+    return _kill_until_none(lambda: set(marked(run_id)), set(), bound_s)
+
+
+def _kill_until_none(find: Callable[[], set[int]], exclude: set[int], bound_s: float) -> list[int]:
     deadline = time.monotonic() + bound_s
     while True:
-        pids = (set(descendants(os.getpid())) | set(marked(run_id))) - set(exclude) - {os.getpid()}
+        pids = find() - set(exclude) - {os.getpid()}
         live = [p for p in pids if not _zombie(p)]
         _reap()
         if not live:

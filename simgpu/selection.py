@@ -40,11 +40,39 @@ def check_backend(backend: str, backend_module: str | None, *, local_ranks: bool
         return
     import torch.distributed as dist
 
-    registered = [b for b in dist.Backend.backend_list if b != "undefined"]
-    if backend.upper() not in dist.Backend._plugins and backend.lower() not in registered:
+    usable = usable_backends()
+    why_not = _torch_backend_unusable(backend.lower())
+    if why_not:  # also once torch registered it as a plugin (importing its fake_pg registers "fake")
+        raise BackendChoiceError(f"{option}={backend}: {why_not}; choose one of: {', '.join(usable)}")
+    if backend.upper() not in dist.Backend._plugins and backend.lower() not in usable:
         hint = "" if backend_module else f" (name the module that registers it with {option}-module)"
-        raise BackendChoiceError(f"{option}: unknown backend {backend!r}{hint}; choose one of: "
-                                 + ", ".join(sorted(set(BUILTIN_BACKENDS) | set(registered))))
+        raise BackendChoiceError(f"{option}: unknown backend {backend!r}{hint}; choose one of: {', '.join(usable)}")
+
+
+def _torch_backend_unusable(name: str) -> str | None:
+    """Why a backend torch itself lists cannot run simgpu's ranks here (None: it can, or torch does not
+    list it). Each of these used to fail every test with a rank traceback instead of one line."""
+    import torch.distributed as dist
+
+    if name == "fake":
+        return "torch's fake backend communicates nothing (every rank keeps its own tensors)"
+    if name == "mpi":
+        return "MPI ranks are started by mpirun, not by simgpu" + ("" if dist.is_mpi_available()
+                                                                 else ", and this torch has no MPI built in")
+    if name == "xccl":
+        return "XCCL needs Intel XPU tensors; simgpu's ranks hold CPU or CUDA tensors"
+    if name == "ucc" and not dist.is_ucc_available():
+        return "this torch has no UCC built in"
+    return None
+
+
+def usable_backends() -> list[str]:
+    """The backend names simgpu's ranks can run here: its own three and any registered plugin."""
+    import torch.distributed as dist
+
+    listed = [b for b in dist.Backend.backend_list if b != "undefined"]
+    return sorted(set(BUILTIN_BACKENDS) | {b for b in listed if b not in BUILTIN_BACKENDS
+                                           and not _torch_backend_unusable(b)})
 
 
 def binding_for(backend: str, backend_module: str | None = None, *, lease: Any = None,

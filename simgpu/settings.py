@@ -25,16 +25,65 @@ def strict_timeout(value: str) -> float:
     return seconds
 
 
-def check_environment(env: Mapping[str, str] | None = None) -> None:
-    """Raise ValueError (one line, naming the variable) if a setting the ranks will read is malformed."""
+STRICT_DEFAULT_S = 30.0  # the strict check's deadline when nothing sets it (docs/simulator.md)
+
+
+def strict_deadline_below(call_deadline: float, env: Mapping[str, str] | None = None) -> str | None:
+    """The SIMGPU_STRICT_TIMEOUT to give ranks whose calls end at `call_deadline` seconds (None: the
+    environment already sets one). Half the call's deadline, at most the documented 30 s: the ranks
+    that waited in a collective then raise CollectiveTimeout naming the missing rank while the hung
+    one still runs, so the blame falls on it, not on every rank at the outer deadline."""
+    env = os.environ if env is None else env
+    if env.get(STRICT_TIMEOUT_ENV):
+        return None
+    return f"{min(STRICT_DEFAULT_S, call_deadline / 2):g}"
+
+
+GPU_MEMORY_ENV = "SIMGPU_GPU_MEMORY_GB"  # simgpu.cuda_sim.devices reads it (memory of each simulated GPU)
+MAX_GPUS = 1024  # simulated GPUs a run may declare: each is a rank process on this host in practice
+
+
+def gpu_count(value: str | int, name: str = "--gpus") -> int:
+    """A number of simulated GPUs: an int from 1 to MAX_GPUS, or ValueError naming `name`."""
+    try:
+        gpus = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a whole number of GPUs, got {value!r}") from None
+    if gpus < 1:
+        raise ValueError(f"{name} must be at least 1, got {gpus}")
+    if gpus > MAX_GPUS:
+        raise ValueError(f"{name} must be at most {MAX_GPUS} (each simulated GPU's rank is a process on this "
+                         f"host), got {gpus}")
+    return gpus
+
+
+def gpu_memory_gb(value: str, name: str = GPU_MEMORY_ENV) -> float:
+    """Memory of one simulated GPU in GiB: a finite number > 0, or ValueError naming `name`."""
+    try:
+        gb = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number of GiB, got {value!r}") from None
+    if not (gb > 0 and math.isfinite(gb)):
+        raise ValueError(f"{name} must be a finite number of GiB > 0, got {value!r}")
+    return gb
+
+
+def check_environment(env: Mapping[str, str] | None = None, world_size: int | None = None,
+                      where: str = "the run") -> None:
+    """Raise ValueError (one line, naming the variable) if a setting the ranks will read is malformed;
+    with world_size, also if SIMGPU_FAULTS names a rank `where` does not have (it would never fire)."""
     from simgpu import faults
 
     env = os.environ if env is None else env
     if env.get(STRICT_TIMEOUT_ENV):
         strict_timeout(env[STRICT_TIMEOUT_ENV])
+    if env.get(GPU_MEMORY_ENV):
+        gpu_memory_gb(env[GPU_MEMORY_ENV])
     if env.get(faults.ENV_VAR):
         try:
-            faults.from_json(env[faults.ENV_VAR])
+            armed = faults.from_json(env[faults.ENV_VAR])
+            if world_size is not None:
+                faults.check_ranks(armed, world_size, where)
         except (ValueError, TypeError) as exc:
             text = str(exc)
             text = text[len("simgpu.faults: "):] if text.startswith("simgpu.faults: ") else text
@@ -43,5 +92,5 @@ def check_environment(env: Mapping[str, str] | None = None) -> None:
 
 def positive_seconds(name: str, value: float | None) -> None:
     """A timeout given in seconds must be a finite number > 0 (None: not given)."""
-    if value is not None and not (value > 0 and math.isfinite(value)):
+    if value is not None and not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
         raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")

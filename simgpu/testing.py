@@ -20,6 +20,7 @@ Installed as a pytest plugin (entry point `simgpu`), it adds to a project's runs
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import importlib.util
 import os
@@ -30,7 +31,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from simgpu import faults as faults_module
-from simgpu import settings
+from simgpu import reaper, settings
 from simgpu.outcomes import RanksFailed, values_or_raise
 from simgpu.pool import RankPool, RankPoolError
 from simgpu.selection import BackendChoiceError, attached_ranks, binding_for, check_backend
@@ -247,6 +248,7 @@ class RanksSession:
         self._attached: Any = None
         self.lease: Any = None
         self.pools: dict[int, RankPool] = {}
+        self.run_id = reaper.new_run_id()  # marks every rank (SIMGPU_RUN_ID), so close() finds what they started
 
     def check(self) -> None:
         """Fail the run at start-up, in one line, for a backend that cannot work here, a bad timeout, or
@@ -255,6 +257,10 @@ class RanksSession:
             check_backend(self.backend, self.backend_module, option="--simgpu-backend",
                           local_ranks=self._config.getoption("--simgpu-attach") is None)
             settings.positive_seconds("--simgpu-rank-timeout", self.timeout)
+            settings.positive_seconds("--simgpu-attach-timeout", self._config.getoption("--simgpu-attach-timeout"))
+            attach_world = self._config.getoption("--simgpu-attach-world-size")
+            if attach_world is not None and attach_world < 1:
+                raise ValueError(f"--simgpu-attach-world-size must be at least 1, got {attach_world}")
             settings.check_environment()
         except ValueError as exc:  # BackendChoiceError included
             raise pytest.UsageError(str(exc)) from None
@@ -281,12 +287,14 @@ class RanksSession:
 
                 self.lease = worker_lease()
             binding = binding_for(self.backend, self.backend_module, lease=self.lease, simulated_gpus=True)
+            binding = dataclasses.replace(binding, env=(*binding.env, (reaper.RUN_ID_ENV, self.run_id)))
             self.pools[size] = RankPool(size, binding, timeout=self.timeout, source=self.attached)
         return self.pools[size]
 
     def close(self) -> None:
-        """Close every pool; a rank found dead at close (it died after the last answer) is raised
-        after all are closed."""
+        """Close every pool, then kill whatever the ranks started that still runs (in a new session or
+        double-forked, out of reach of a rank's process group: found by the session's run marker); a rank
+        found dead at close (it died after the last answer) is raised after all are closed."""
         failure: RankPoolError | None = None
         for pool in self.pools.values():
             try:
@@ -296,6 +304,9 @@ class RanksSession:
         self.pools.clear()
         if self._attached is not None:
             self._attached.close()
+        left = reaper.kill_marked(self.run_id)
+        if left:
+            sys.stderr.write(f"simgpu: could not kill processes {left} that the ranks started\n")
         if failure is not None:
             raise failure
 
@@ -314,19 +325,43 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Close the pools; a rank found dead at close fails the run, so a dying last test cannot leave
-    an all-passed report."""
+    an all-passed report. An xdist worker also hands the failure to the controller (workeroutput),
+    whose own exit status and report would otherwise never hear of it."""
     state = session.config.stash.get(_SESSION, None)
     if state is not None:
         try:
             state.close()
         except RankPoolError as exc:
             fail_session(session, exc)
+    for text in session.config.stash.get(_WORKER_FAILURES, []):
+        _report_failure(session, text)
+
+
+_WORKER_FAILURE = "simgpu_failure_after_last_test"
+_WORKER_FAILURES = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist controller: a worker that found a rank dead after its last test makes the run fail here too."""
+    text = (getattr(node, "workeroutput", None) or {}).get(_WORKER_FAILURE)
+    if text:
+        worker = getattr(getattr(node, "gateway", None), "id", "?")
+        node.config.stash.setdefault(_WORKER_FAILURES, []).append(f"[{worker}] {text}")
 
 
 def fail_session(session: pytest.Session, exc: BaseException) -> None:
-    """Report an error found after the last test (at pool close) and make the run's exit status say so."""
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    """Report an error found after the last test (at pool close) and make the run's exit status say so;
+    on an xdist worker, hand it to the controller too (pytest_testnodedown there fails the run)."""
     text = f"simgpu: {exc}"
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[_WORKER_FAILURE] = "\n".join(filter(None, [workeroutput.get(_WORKER_FAILURE), text]))
+    _report_failure(session, text)
+
+
+def _report_failure(session: pytest.Session, text: str) -> None:
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.write_sep("=", "simgpu: a rank failed after the last test's answer", red=True)
         reporter.write_line(text)

@@ -3,21 +3,31 @@
 tests/sim_scripts/cuda_surface.py runs under `simgpu run --gpus 2`: every public name of torch.cuda
 (and its submodules), torch.accelerator and torch.backends.cuda/cudnn must be simulated and checked,
 torch's own and checked, or refused with one line naming it; a name in none of these (a new torch's)
-fails. Where fingerprints recorded on real GPUs exist (tests/cuda_reference/surface-*.json, made
-with `--record` on a GPU box), every checked name is compared with them."""
+fails. Where fingerprints recorded on real GPUs exist (tests/cuda_reference/*.json, made with
+`--record` on a GPU box), every checked name is compared with them."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from tests.test_simgpu_run import SCRIPTS, simgpu_run
 
-REFERENCES = sorted((Path(__file__).resolve().parent / "cuda_reference").glob("surface-*.json"))
+REFERENCE_DIR = Path(__file__).resolve().parent / "cuda_reference"
+
+
+def _latest_reference(kind: str) -> list[str]:
+    """--reference and the newest recording of this kind, if one is committed."""
+    found = sorted(REFERENCE_DIR.glob(f"{kind}-*.json"))
+    return ["--reference", str(found[-1])] if found else []
 
 
 def test_every_public_cuda_name_is_simulated_and_checked_or_refused_in_one_line() -> None:
-    args = [str(SCRIPTS / "cuda_surface.py")]
-    for reference in REFERENCES[-1:]:
-        args += ["--reference", str(reference)]
-    done = simgpu_run(2, *args)
+    done = simgpu_run(2, str(SCRIPTS / "cuda_surface.py"), *_latest_reference("surface"))
     assert done.returncode == 0, done.stdout + done.stderr[-5000:]
     assert " 0 unclassified" in done.stdout, done.stdout
+
+
+def test_every_device_argument_form_lands_where_cuda_puts_it() -> None:
+    """Factories taking device= in every GPU spelling, Tensor and Module methods that move or cast."""
+    done = simgpu_run(2, str(SCRIPTS / "device_arguments.py"), *_latest_reference("device-arguments"))
+    assert done.returncode == 0, done.stdout + done.stderr[-5000:]
+    assert "OK device_arguments" in done.stdout

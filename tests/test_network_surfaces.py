@@ -220,3 +220,29 @@ def test_a_forged_blocked_on_record_cannot_make_a_false_p2p_deadlock(monkeypatch
         pairs._waits_for(1)
     store.set(pairs._waiting(1), c0.seal(pairs._waiting(1), "0|send|ring.py:7"))  # what a rank of the group writes
     assert pairs._waits_for(1) == (0, "send", "ring.py:7")
+
+
+def test_attach_delays_real_ranks_behind_a_hundred_silent_peers_never_refuses_them(
+        capsys: pytest.CaptureFixture) -> None:
+    """Issue 28: 100 silent connections once filled the 64 handshake slots and real ranks were refused."""
+    import time
+
+    from simgpu import attach
+
+    ranks = attach.AttachedRanks("127.0.0.1:0", key=b"the-key", handshake_timeout=2.0)
+    silent = []
+    try:
+        silent = [socket.create_connection(("127.0.0.1", ranks.port)) for _ in range(100)]
+        hello = {"rank": 0, "role": "calls", "world_size": 1, "restart": 0, "host": "here", "pid": os.getpid()}
+        real = attach._connect("127.0.0.1", ranks.port, b"the-key", time.monotonic() + 60, hello)
+        conn, info = ranks._arrived.get(timeout=60)
+        assert info["rank"] == 0 and info["role"] == "calls"
+        err = capsys.readouterr().err
+        assert "64 handshakes in progress; further connections wait" in err, err[-2000:]
+        assert "handshakes already in progress" not in err
+        real.close()
+        conn.close()
+    finally:
+        for s in silent:
+            s.close()
+        ranks.close()

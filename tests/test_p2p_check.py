@@ -54,3 +54,14 @@ def test_a_mismatched_pair_fails_both_ranks_with_a_table(pool: RankPool, send: t
                 f"rank_fns.py:{_line('recv-site')}" in o.error, o.error
     assert not pool.alive  # the pair's stream may be out of step: fresh ranks next
     assert pool.run(rank_fns.p2p_pair, (2, "float32"), (2, "float32"))[1].value == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("blocking", [True, False])
+def test_a_recv_smaller_than_the_message_raises_not_aborts(pool: RankPool, blocking: bool) -> None:
+    """gloo aborts a receiver whose buffer is smaller than the message (SIGABRT in C++); the sender sends
+    what the recv expects instead, and both ranks raise P2PMismatch (issue 28, item 10)."""
+    outcomes = pool.run(rank_fns.p2p_pair, (6, "float32"), (4, "float32"), blocking)
+    for o in outcomes:
+        assert not o.ok and o.error_type == P2P_MISMATCH, o.describe()
+        assert "rank 0 sends 6 element(s) of float32 to rank 1, which receives 4 element(s) of float32" in o.error
+    assert pool.run(rank_fns.p2p_pair, (2, "float32"), (2, "float32"))[1].value == [0.0, 1.0]

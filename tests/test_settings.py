@@ -22,6 +22,12 @@ ROOT = Path(__file__).resolve().parent.parent
     ({"SIMGPU_FAULTS": "[{"}, "SIMGPU_FAULTS is not JSON"),
     ({"SIMGPU_FAULTS": '[{"rank": 1, "action": "explode"}]'}, "SIMGPU_FAULTS: unknown action 'explode'"),
     ({"SIMGPU_FAULTS": '[{"rank": 1}]'}, "SIMGPU_FAULTS: "),
+    ({"SIMGPU_FAULTS": '[{"rank": 1, "action": "kill", "op": "allreduce"}]'},
+     "SIMGPU_FAULTS: op 'allreduce' is not a collective the sim backend counts (did you mean 'all_reduce'?)"),
+    ({"SIMGPU_FAULTS": '[{"rank": 1, "action": "delay", "seconds": "soon"}]'},
+     "SIMGPU_FAULTS: delay seconds must be a finite number >= 0, got 'soon'"),
+    ({"SIMGPU_GPU_MEMORY_GB": "abc"}, "SIMGPU_GPU_MEMORY_GB must be a number of GiB, got 'abc'"),
+    ({"SIMGPU_GPU_MEMORY_GB": "-1"}, "SIMGPU_GPU_MEMORY_GB must be a finite number of GiB > 0, got '-1'"),
 ])
 def test_malformed_settings_are_one_line_naming_the_variable(env: dict, message: str) -> None:
     with pytest.raises(ValueError) as info:
@@ -38,6 +44,8 @@ def test_good_settings_pass() -> None:
     ({"timeout": -5}, Binding("gloo"), "RankPool timeout must be a finite number of seconds > 0, got -5"),
     ({}, Binding("sim", env=(("SIMGPU_FAULTS", "nope"),)), "SIMGPU_FAULTS is not JSON"),
     ({}, Binding("sim", env=(("SIMGPU_STRICT_TIMEOUT", "0"),)), "SIMGPU_STRICT_TIMEOUT must be a finite"),
+    ({}, Binding("sim", env=(("SIMGPU_FAULTS", '[{"rank": 5, "action": "kill"}]'),)),
+     r"SIMGPU_FAULTS: a fault names rank 5 \(kill on rank 5 at its 1st collective\), but a pool of 2 has 2 rank"),
 ])
 def test_a_pool_refuses_bad_values_before_starting_a_rank(kwargs: dict, binding: Binding, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -53,6 +61,9 @@ def test_a_pool_refuses_bad_values_before_starting_a_rank(kwargs: dict, binding:
      "ERROR: --simgpu-rank-timeout must be a finite number of seconds > 0, got 0.0"),
     ("yours", [], {"SIMGPU_FAULTS": "[{"}, "ERROR: SIMGPU_FAULTS is not JSON"),
     ("yours", [], {"SIMGPU_STRICT_TIMEOUT": "x"}, "ERROR: SIMGPU_STRICT_TIMEOUT must be a number of seconds, got 'x'"),
+    ("yours", ["--simgpu-attach", "127.0.0.1:0", "--simgpu-attach-world-size", "2", "--simgpu-attach-timeout", "nan"],
+     {}, "ERROR: --simgpu-attach-timeout must be a finite number of seconds > 0, got nan"),
+    ("yours", [], {"SIMGPU_GPU_MEMORY_GB": "abc"}, "ERROR: SIMGPU_GPU_MEMORY_GB must be a number of GiB, got 'abc'"),
 ])
 def test_pytest_stops_before_any_test_in_one_line(suite: str, args: list[str], env: dict, message: str,
                                                   tmp_path: Path) -> None:
@@ -75,3 +86,38 @@ def test_simgpu_run_checks_the_environment_before_starting_the_program(tmp_path:
     assert done.returncode == 1 and not marker.exists()
     assert done.stderr.strip() == ("simgpu run: SIMGPU_STRICT_TIMEOUT must be a finite number of seconds > 0, "
                                    "got '-1'")
+
+
+@pytest.mark.parametrize("args, env, message", [
+    (["--gpus", "10000"], {}, "simgpu run: --gpus must be at most 1024 (each simulated GPU's rank is a process on "
+                              "this host), got 10000"),
+    (["--gpus", "1"], {"SIMGPU_GPU_MEMORY_GB": "abc"}, "simgpu run: SIMGPU_GPU_MEMORY_GB must be a number of GiB, "
+                                                       "got 'abc'"),
+    (["--gpus", "2"], {"SIMGPU_FAULTS": '[{"rank": 2, "action": "hang"}]'},
+     "simgpu run: SIMGPU_FAULTS: a fault names rank 2 (hang on rank 2 at its 1st collective), but simgpu run --gpus 2 "
+     "(one rank per GPU) has 2 rank(s), 0..1; it would never fire"),
+])
+def test_simgpu_run_refuses_bad_settings_in_one_line(args: list[str], env: dict, message: str, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    script = tmp_path / "prog.py"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    done = subprocess.run([sys.executable, "-m", "simgpu", "run", *args, str(script)], cwd=ROOT,
+                          env=child_env(**env), capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and not marker.exists()
+    assert done.stderr.strip() == message
+
+
+def test_a_fault_on_an_op_the_backend_never_counts_is_refused() -> None:
+    from simgpu import faults
+
+    with pytest.raises(ValueError, match="op 'all-reduce' is not a collective the sim backend counts"):
+        faults.kill(1, at=2, op="all-reduce")
+
+
+def test_the_ops_a_fault_may_name_are_the_ones_the_backend_counts() -> None:
+    import re
+
+    from simgpu import faults
+
+    source = (ROOT / "simgpu" / "backend.py").read_text()
+    assert sorted(set(re.findall(r'@_collective\("(\w+)"\)', source))) == sorted(faults.COUNTED_OPS)

@@ -268,6 +268,9 @@ def test_a_wrong_value_on_rank_1_names_rank_1_and_shows_its_assertion(user_run: 
     assert "rank 0: passed" in failure and "rank 1: AssertionError: assert 0.0 == 1" in failure
     assert "assert t.item() == ctx.rank  # the bug" in failure  # rank 1's source line, from its traceback
     assert "simgpu/outcomes.py" not in failure.split("--- rank 1 traceback ---")[0]  # no plumbing frames
+    traceback = failure.split("--- rank 1 traceback ---", 1)[1].splitlines()
+    assert "test_broken.py\", line " in traceback[2] and "in my_broadcast" in traceback[2]  # the user's frame first
+    assert "simgpu/rank.py" not in failure and "_call_on_rank" not in failure  # the rank's plumbing is folded away
 
 
 def test_faults_stay_in_their_test_and_a_killed_rank_is_replaced(user_run: tuple[int, str]) -> None:

@@ -1,13 +1,12 @@
 """What NCCL does when two ranks both `send` before they `recv` (issue 28): run under
-`torchrun --nproc-per-node 2` on 2 GPUs. For each message size, both ranks send to each other, then
-receive; a watchdog thread reports a hang after --hang-after seconds. Prints one JSON line per size
-on rank 0: completed or hung, and the time taken."""
+`torchrun --nproc-per-node 2` on 2 GPUs, once per message size (`--elements N`). Both ranks send to
+each other, then receive. A watchdog thread prints `hung` and ends the process when the exchange has
+not finished after --hang-after seconds; otherwise rank 0 prints `completed`. One JSON line on rank 0."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import sys
 import threading
 import time
 
@@ -17,38 +16,35 @@ import torch.distributed as dist
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 1024, 65536, 1 << 20, 4 << 20, 64 << 20])
+    parser.add_argument("--elements", type=int, required=True, help="float32 elements per message")
     parser.add_argument("--hang-after", type=float, default=20.0)
     args = parser.parse_args()
     rank = int(os.environ["RANK"])
     torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", rank))
+    dist.init_process_group("nccl")
     peer = 1 - rank
-    for size in args.sizes:  # elements of float32
-        dist.barrier()
-        done = threading.Event()
-        out = torch.empty(size, device="cuda")
-        start = time.perf_counter()
+    facts = {"elements": args.elements, "bytes": args.elements * 4, "torch": torch.__version__,
+             "nccl": ".".join(map(str, torch.cuda.nccl.version()))}
+    warm = torch.ones(1, device="cuda")
+    dist.all_reduce(warm)  # communicators exist before the probe
+    torch.cuda.synchronize()
+    start = time.perf_counter()
 
-        def exchange() -> None:
-            dist.send(torch.full((size,), float(rank), device="cuda"), peer)
-            dist.recv(out, peer)
-            torch.cuda.synchronize()
-            done.set()
-
-        worker = threading.Thread(target=exchange, daemon=True)
-        worker.start()
-        completed = done.wait(args.hang_after)
-        result = {"elements": size, "bytes": size * 4, "completed": completed,
-                  "seconds": round(time.perf_counter() - start, 4),
-                  "received_ok": bool(completed and torch.all(out == peer).item()),
-                  "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version()))}
+    def watchdog() -> None:
+        time.sleep(args.hang_after)
         if rank == 0:
-            print(json.dumps(result), flush=True)
-        if not completed:  # the communicator is stuck in a kernel: nothing after this can run
-            sys.stdout.flush()
-            os._exit(0)
-    dist.destroy_process_group()
+            print(json.dumps({**facts, "outcome": "hung", "seconds": args.hang_after}), flush=True)
+        os._exit(0)
+
+    threading.Thread(target=watchdog, daemon=True).start()
+    out = torch.empty(args.elements, device="cuda")
+    dist.send(torch.full((args.elements,), float(rank), device="cuda"), peer)
+    dist.recv(out, peer)
+    torch.cuda.synchronize()
+    if rank == 0:
+        print(json.dumps({**facts, "outcome": "completed", "seconds": round(time.perf_counter() - start, 4),
+                          "received_ok": bool(torch.all(out == peer).item())}), flush=True)
+    os._exit(0)
 
 
 if __name__ == "__main__":

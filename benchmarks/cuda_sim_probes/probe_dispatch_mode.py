@@ -25,8 +25,8 @@ RecursionError in steps 4b/5a on 2.13 (DTensor re-dispatches on DTensors). (Retu
 NotImplemented instead, FakeTensorMode's pattern, fails here: "Multiple
 dispatch failed ... all __torch_dispatch__ handlers returned NotImplemented".)
 
-Run: /work/main/.venv/bin/python benchmarks/cuda_sim_probes/probe_dispatch_mode.py
-     /work/venv214/bin/python    benchmarks/cuda_sim_probes/probe_dispatch_mode.py
+Run: python benchmarks/cuda_sim_probes/probe_dispatch_mode.py
+     VENV214/bin/python benchmarks/cuda_sim_probes/probe_dispatch_mode.py   # a venv with torch 2.14.1+cu130
 """
 import os
 import sys

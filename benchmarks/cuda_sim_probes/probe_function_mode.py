@@ -7,8 +7,8 @@ outputs of every Python-level torch call. Anything created below Python
 (autograd engine, C++ foreach kernels) is not labelled unless a Python-level
 call wraps it.
 
-Run: /work/main/.venv/bin/python benchmarks/cuda_sim_probes/probe_function_mode.py
-     /work/venv214/bin/python    benchmarks/cuda_sim_probes/probe_function_mode.py
+Run: python benchmarks/cuda_sim_probes/probe_function_mode.py
+     VENV214/bin/python benchmarks/cuda_sim_probes/probe_function_mode.py   # a venv with torch 2.14.1+cu130
 """
 import os
 import sys

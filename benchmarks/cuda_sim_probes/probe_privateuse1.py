@@ -7,8 +7,8 @@ _setup_privateuseone_for_python_backend("simcuda")) gives without a C++
 extension; then runs the standard steps with device "cuda:1" (as programs
 write it) and, for comparison, with "simcuda:1".
 
-Run: /work/main/.venv/bin/python benchmarks/cuda_sim_probes/probe_privateuse1.py
-     /work/venv214/bin/python    benchmarks/cuda_sim_probes/probe_privateuse1.py
+Run: python benchmarks/cuda_sim_probes/probe_privateuse1.py
+     VENV214/bin/python benchmarks/cuda_sim_probes/probe_privateuse1.py   # a venv with torch 2.14.1+cu130
 """
 import os
 import sys

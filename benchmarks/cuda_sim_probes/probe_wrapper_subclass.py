@@ -11,9 +11,9 @@ Each part runs in its own child process because some failures are C++ aborts
 torch._C._ensureCUDADeviceGuardSet() (PROBE_C_GUARD=1), which registers a
 no-op CUDA DeviceGuardImpl when none is registered (FakeTensorMode calls it).
 
-Run: /work/main/.venv/bin/python benchmarks/cuda_sim_probes/probe_wrapper_subclass.py
-     PROBE_C_GUARD=1 /work/main/.venv/bin/python benchmarks/cuda_sim_probes/probe_wrapper_subclass.py
-     (same with /work/venv214/bin/python)
+Run: python benchmarks/cuda_sim_probes/probe_wrapper_subclass.py
+     PROBE_C_GUARD=1 python benchmarks/cuda_sim_probes/probe_wrapper_subclass.py
+     (same with a torch 2.14 CUDA build's python)
 """
 import io
 import os

@@ -1,16 +1,18 @@
 """Run every probe on both environments, with and without the torch.cuda shim,
 and print markdown tables (steps x environment).
 
-Run: python3 benchmarks/cuda_sim_probes/run_all.py > /tmp/probe_tables.md
+Run: python3 benchmarks/cuda_sim_probes/run_all.py [--python LABEL=PATH ...] [CANDIDATE ...] > probe_tables.md
+Each --python is an interpreter with its own torch (a column pair: without and with the shim); the
+default is the project's venv, .venv/bin/python, else the interpreter running this script.
 """
+import argparse
 import json
 import os
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PYS = [("2.13 CPU wheel", "/work/main/.venv/bin/python"),
-       ("2.14.1+cu130 (no GPU)", "/work/venv214/bin/python")]
+ROOT_VENV_PY = os.path.join(HERE, "..", "..", ".venv", "bin", "python")
 PROBES = [
     ("A", "probe_function_mode.py", {}),
     ("B", "probe_dispatch_mode.py", {}),
@@ -35,7 +37,25 @@ def cell(v):
     return (v or "").replace("|", "\\|")
 
 
-only = sys.argv[1:]
+def interpreters_and_candidates(argv):
+    """(label, python) pairs from --python LABEL=PATH, and the candidate labels named."""
+    parser = argparse.ArgumentParser(description="the CUDA presentation probes, as markdown tables")
+    parser.add_argument("--python", action="append", default=[], metavar="LABEL=PATH",
+                        help="an interpreter with its own torch; repeat for more columns")
+    parser.add_argument("candidates", nargs="*", help="A, B, C, C+guard, D (default: all)")
+    args = parser.parse_args(argv)
+    pys = [tuple(spec.split("=", 1)) for spec in args.python if "=" in spec]
+    if len(pys) != len(args.python):
+        parser.error("--python takes LABEL=PATH")
+    if not pys:
+        py = ROOT_VENV_PY if os.path.exists(ROOT_VENV_PY) else sys.executable
+        version = subprocess.run([py, "-c", "import torch; print(torch.__version__)"], capture_output=True,
+                                 text=True).stdout.strip() or "?"
+        pys = [(f"torch {version}", py)]
+    return pys, args.candidates
+
+
+PYS, only = interpreters_and_candidates(sys.argv[1:])
 for label, script, extra in PROBES:
     if only and label not in only:
         continue

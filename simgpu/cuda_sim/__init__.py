@@ -41,15 +41,20 @@ def activate(gpus: int | None = None) -> None:
     text = os.environ.get(GPUS_ENV, "")
     if not text.isdigit() or int(text) < 1:
         raise SimulationError(f"simgpu: {GPUS_ENV}={text!r}: the number of simulated GPUs must be a positive integer")
-    from simgpu.cuda_sim import api, comm, cuda_build, distributed, dtensor_new, generator_identity, serialization, surface, tensors
+    from simgpu.cuda_sim import (api, attention, autocast, comm, cuda_build, cuda_kernels, distributed, dtensor_new,
+                                 generator_identity, serialization, surface, tensors)
 
     api.install()
     cuda_build.install()
     dtensor_new.install()
     generator_identity.install()
     surface.install_refusals()
+    surface.install_extension_refusals()
     comm.install()
     distributed.install()
     serialization.install()
     tensors.install()
+    autocast.install()
+    cuda_kernels.install()
+    attention.install()
     _active = True

@@ -8,6 +8,7 @@ raises SimulationError with one line naming it.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import importlib
 import importlib.util
@@ -307,7 +308,7 @@ def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
         generator(index).set_state(state)
 
 
-# ---- memory, counted from the storages living on each simulated device ----
+# ---- memory: the caching allocator's model of each simulated device (simgpu.cuda_sim.memory) ----
 def memory_allocated(device: Any = None) -> int:
     return devices.memory_allocated(_index(device))
 
@@ -316,37 +317,44 @@ def max_memory_allocated(device: Any = None) -> int:
     return devices.max_memory_allocated(_index(device))
 
 
+def memory_reserved(device: Any = None) -> int:
+    return devices.memory_of(_index(device)).total_reserved()
+
+
+def max_memory_reserved(device: Any = None) -> int:
+    return devices.memory_of(_index(device)).peak_reserved
+
+
 def reset_peak_memory_stats(device: Any = None) -> None:
     devices.reset_peak(_index(device))
 
 
 def mem_get_info(device: Any = None) -> tuple[int, int]:
-    total = devices.table().total_memory
-    return total - memory_allocated(device), total
+    """(free, total) as cudaMemGetInfo: what this process has reserved is not free."""
+    mem = devices.memory_of(_index(device))
+    return max(mem.capacity - mem.total_reserved(), 0), mem.capacity
 
 
 def memory_stats(device: Any = None) -> dict[str, int]:
-    """The keys of CUDA's caching-allocator statistics programs read; nothing is cached here, so
-    reserved equals allocated."""
-    index = _index(device)
-    current, peak = devices.memory_allocated(index), devices.max_memory_allocated(index)
-    stats = {"num_alloc_retries": 0, "num_ooms": 0, "num_device_alloc": 0, "num_device_free": 0}
-    for kind in ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes"):
-        stats.update({f"{kind}.all.current": current, f"{kind}.all.peak": peak})
-    return stats
+    """The keys of CUDA's caching-allocator statistics programs read, from the allocator model."""
+    stats = devices.memory_of(_index(device)).stats()
+    return collections.OrderedDict(sorted(stats.items()))  # CUDA's type, sorted as CUDA sorts its keys
 
 
 def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
-    stats = memory_stats(device)
-    return (f"simgpu simulated GPU {_index(device)}: allocated {stats['allocated_bytes.all.current']} bytes, "
-            f"peak {stats['allocated_bytes.all.peak']} bytes (no caching allocator)")
+    from simgpu.cuda_sim.memory import format_size
+
+    mem = devices.memory_of(_index(device))
+    return (f"simgpu simulated GPU {mem.index} (caching-allocator model): allocated {format_size(mem.total_allocated())}"
+            f" (peak {format_size(mem.peak_allocated)}), reserved {format_size(mem.total_reserved())} (peak "
+            f"{format_size(mem.peak_reserved)}), capacity {format_size(mem.limit)}; {mem.ooms} OOM(s)")
 
 
 def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
-    _index(device)
+    index = _index(device)
     if not 0 <= fraction <= 1:
         raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
-    _fractions[_index(device)] = float(fraction)
+    devices.memory_of(index).fraction = fraction
 
 
 def can_device_access_peer(device: Any, peer_device: Any) -> bool:
@@ -354,7 +362,9 @@ def can_device_access_peer(device: Any, peer_device: Any) -> bool:
 
 
 def empty_cache() -> None:
-    pass
+    if devices.initialized():
+        for index in range(devices.count()):
+            devices.memory_of(index).empty_cache()
 
 
 def _nothing(*args: Any, **kwargs: Any) -> None:
@@ -383,14 +393,6 @@ def is_tf32_supported() -> bool:
     return True
 
 
-def _unsupported(what: str) -> Any:
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise SimulationError(f"simgpu: {what} cannot run on simulated GPUs")
-
-    return refuse
-
-
-_fractions: dict[int, float] = {}
 
 
 def check_error(res: int) -> None:
@@ -430,10 +432,11 @@ def _nested(stats: dict[str, Any]) -> dict[str, Any]:
     return nested
 
 
-def _host_memory_stats() -> dict[str, int]:
+def _host_memory_stats() -> "collections.OrderedDict[str, int]":
     """Pinned host memory is ordinary host memory here: the pinned allocator holds nothing."""
-    return {f"{kind}.{stat}": 0 for kind in ("allocations", "allocated_bytes", "active_requests", "active_bytes")
-            for stat in ("current", "peak", "allocated", "freed")}
+    return collections.OrderedDict(sorted(
+        (f"{kind}.{stat}", 0) for kind in ("allocations", "allocated_bytes", "active_requests", "active_bytes")
+        for stat in ("current", "peak", "allocated", "freed")))
 
 
 TORCH_CUDA = {
@@ -447,28 +450,29 @@ TORCH_CUDA = {
     "get_rng_state": get_rng_state, "set_rng_state": set_rng_state, "get_rng_state_all": get_rng_state_all,
     "set_rng_state_all": set_rng_state_all, "memory_allocated": memory_allocated,
     "max_memory_allocated": max_memory_allocated, "reset_peak_memory_stats": reset_peak_memory_stats,
-    "memory_reserved": memory_allocated, "max_memory_reserved": max_memory_allocated,
+    "memory_reserved": memory_reserved, "max_memory_reserved": max_memory_reserved,
     "mem_get_info": mem_get_info, "empty_cache": empty_cache, "is_initialized": is_initialized, "init": init,
     "_lazy_init": _lazy_init, "is_bf16_supported": is_bf16_supported, "is_tf32_supported": is_tf32_supported,
     "get_arch_list": lambda: ["sm_90"], "is_current_stream_capturing": lambda: False,
     "memory_stats": memory_stats, "memory_summary": memory_summary,
     "set_per_process_memory_fraction": set_per_process_memory_fraction, "ipc_collect": _nothing,
     "reset_max_memory_allocated": reset_peak_memory_stats, "reset_max_memory_cached": reset_peak_memory_stats,
-    "reset_accumulated_memory_stats": _nothing, "memory_cached": memory_allocated,
-    "max_memory_cached": max_memory_allocated, "can_device_access_peer": can_device_access_peer,
+    "reset_accumulated_memory_stats": _nothing, "memory_cached": memory_reserved,
+    "max_memory_cached": max_memory_reserved, "can_device_access_peer": can_device_access_peer,
     "check_error": check_error, "_lazy_call": lambda callable, **kwargs: callable(),  # simulated GPUs are ready at once: nothing is queued
     "get_gencode_flags": lambda: "-gencode compute=compute_90,code=sm_90", "has_half": True, "has_magma": True,
-    "get_per_process_memory_fraction": lambda device=None: _fractions.get(_index(device), 1.0),
+    "get_per_process_memory_fraction": lambda device=None: devices.memory_of(_index(device)).fraction,
     "get_sync_debug_mode": lambda: _sync_debug_mode[0], "set_sync_debug_mode": lambda mode: _set_sync_debug_mode(mode),
     "get_allocator_backend": lambda: "native", "caching_allocator_enable": lambda value=True: None,
     "caching_allocator_disabled": contextlib.nullcontext, "memory_snapshot": lambda *args, **kwargs: [],
     "memory_stats_as_nested_dict": lambda device=None: _nested(memory_stats(device)),
     "list_gpu_processes": lambda device=None: f"GPU:{_index(device)}\nno processes are running",
     "utilization": _idle_percent, "memory_usage": _idle_percent,
-    "device_memory_used": lambda device=None: memory_allocated(device),
+    "device_memory_used": lambda device=None: memory_reserved(device),
     "host_memory_stats": lambda: _host_memory_stats(), "host_memory_stats_as_nested_dict": lambda: _nested(_host_memory_stats()),
     "reset_accumulated_host_memory_stats": _nothing, "reset_peak_host_memory_stats": _nothing,
 }
+
 
 def _accelerator(check_available: bool = False) -> torch.device:
     return torch.device("cuda")
@@ -482,8 +486,8 @@ TORCH_ACCELERATOR = {
     "memory_allocated": memory_allocated, "max_memory_allocated": max_memory_allocated,
     "reset_peak_memory_stats": reset_peak_memory_stats, "empty_cache": empty_cache,
     "get_device_capability": lambda device=None: {"major": CAPABILITY[0], "minor": CAPABILITY[1]},
-    "get_memory_info": lambda device=None: mem_get_info(device), "memory_reserved": memory_allocated,
-    "max_memory_reserved": max_memory_allocated, "memory_stats": lambda device=None: memory_stats(device),
+    "get_memory_info": lambda device=None: mem_get_info(device), "memory_reserved": memory_reserved,
+    "max_memory_reserved": max_memory_reserved, "memory_stats": lambda device=None: memory_stats(device),
     "reset_accumulated_memory_stats": _nothing, "empty_host_cache": _nothing,
 }
 
@@ -535,6 +539,7 @@ class _NvtxRanges:
         return 0
 
 
+GDS = {"is_available": lambda: False}  # GPUDirect Storage: no NVMe-to-GPU path here (the rest is refused)
 NVTX_NAMES = ("range_push", "range_pop", "range_start", "range_end", "mark")
 PROFILER_NAMES = ("start", "stop")  # cudaProfilerStart/Stop: no profiler to start, nothing is recorded
 BACKENDS_CUDA = {
@@ -567,6 +572,10 @@ def install() -> None:
 
     for name in PROFILER_NAMES:
         setattr(torch.cuda.profiler, name, _nothing)
+    gds = importlib.import_module("torch.cuda.gds") if importlib.util.find_spec("torch.cuda.gds") else None  # torch >= 2.7
+    for name, value in GDS.items():
+        if gds is not None and hasattr(gds, name):
+            setattr(gds, name, value)
     import torch.backends.cuda
 
     for name, value in BACKENDS_CUDA.items():

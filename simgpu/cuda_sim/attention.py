@@ -68,3 +68,18 @@ def _on_host_kernels(original: Callable, args: tuple, kwargs: dict) -> Any:
 
         with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]):
             return original(*args, **kwargs)
+
+
+def install() -> None:
+    """FlexAttention's eager path on simulated GPUs.
+
+    flex_attention called eagerly wraps its higher-order operator in torch.compile(fullgraph=True) with
+    the "eager" backend. Under simulation torch.compile runs eagerly with dynamo disabled (tensors.py),
+    and torch >= 2.11 then refuses the call: "torch.compile with fullgraph=True found no compiled frames",
+    unless the compiler's stance is force_eager (the documented way to run compiled code eagerly, which
+    skips that check). The operator's own eager kernel then runs on the host's tensors, placed by
+    placement.py (its allocations with device=cuda by cuda_kernels.py).
+    """
+    set_stance = getattr(torch.compiler, "set_stance", None)  # torch >= 2.6
+    if set_stance is not None:
+        set_stance("force_eager")

@@ -96,10 +96,68 @@ def _format(t: Tensor) -> torch.memory_format:
     return torch.contiguous_format
 
 
+def _refused(name: str) -> Callable[..., Any]:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"simgpu: aten::{name} is CUDA's fused attention kernel, which the host lacks; "
+                                  f"torch.nn.functional.scaled_dot_product_attention runs on the host's kernels")
+
+    return refuse
+
+
 STAND_INS: dict[Any, Callable[..., Any]] = {
+    # called directly (programs reach them through scaled_dot_product_attention, which attention.py serves)
+    **{getattr(aten, name): _refused(name) for name in (
+        "_flash_attention_forward", "_flash_attention_backward", "_efficient_attention_forward",
+        "_efficient_attention_backward", "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention")
+        if hasattr(aten, name) and not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "CPU")},
     aten.batch_norm_stats: batch_norm_stats,
     aten.batch_norm_gather_stats_with_counts: batch_norm_gather_stats_with_counts,
     aten.batch_norm_elemt: batch_norm_elemt,
     aten.batch_norm_backward_reduce: batch_norm_backward_reduce,
     aten.batch_norm_backward_elemt: batch_norm_backward_elemt,
 }
+
+
+# ---- allocations that reach CUDA's own kernels --------------------------------------------------------
+# A factory with device="cuda" is placed by placement.py whenever a dispatch mode sees it. Some of torch's
+# code allocates with the modes switched off: torch.tensor(..., device=x.device) excludes the Python key
+# (torch.unravel_index), higher-order operators trace their bodies under _disable_current_modes
+# (torch.cond's autograd, flex_attention), and the program's function mode does not see calls nested in
+# a torch function it handles. On the CPU wheel those reach a CUDA kernel that does not exist
+# ("Could not run 'aten::empty_strided' with arguments from the 'CUDA' backend"). Here the CUDA kernels of
+# the two allocation ops every factory and copy ends in: host memory labelled with the GPU asked for.
+_library: Any = None
+
+
+def _gpu_index(device: Any) -> int:
+    from simgpu.cuda_sim import devices
+
+    device = torch.device(device)
+    return devices.current() if device.index is None else devices.check_index(device.index)
+
+
+def _empty_on_gpu(size: Any, *, dtype: Any = None, layout: Any = None, device: Any = None, pin_memory: Any = None,
+                  memory_format: Any = None) -> Tensor:
+    from simgpu.cuda_sim import devices
+
+    out = aten.empty.memory_format(size, dtype=dtype, layout=layout, device="cpu", memory_format=memory_format)
+    return devices.place(out, _gpu_index(device))
+
+
+def _empty_strided_on_gpu(size: Any, stride: Any, *, dtype: Any = None, layout: Any = None, device: Any = None,
+                          pin_memory: Any = None) -> Tensor:
+    from simgpu.cuda_sim import devices
+
+    out = aten.empty_strided.default(size, stride, dtype=dtype, layout=layout, device="cpu")
+    return devices.place(out, _gpu_index(device))
+
+
+def install() -> None:
+    """Register the CUDA allocation kernels (the CPU wheel has none)."""
+    global _library
+    if _library is not None or torch._C._dispatch_has_kernel_for_dispatch_key("aten::empty_strided", "CUDA"):
+        return
+    _library = torch.library.Library("aten", "IMPL")  # noqa: TOR901 - kernels for aten's own ops
+    _library.impl("empty.memory_format", _empty_on_gpu, "CUDA")
+    _library.impl("empty_strided", _empty_strided_on_gpu, "CUDA")

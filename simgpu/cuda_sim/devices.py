@@ -17,11 +17,12 @@ from typing import Any
 
 import torch
 
+from simgpu.cuda_sim import memory as memory_model
 from simgpu.cuda_sim.errors import GPUS_ENV, SimulationError
 
 LABEL = "_simgpu_device"
 MEMORY_ENV = "SIMGPU_GPU_MEMORY_GB"
-DEFAULT_MEMORY_GB = 141  # an H200's HBM, reported by get_device_properties
+DEFAULT_MEMORY_GB = memory_model.DEFAULT_CAP_GB  # the most a simulated GPU reports unless asked (an H200's HBM)
 
 
 # What CUDA builds raise for a CUDA error: torch.AcceleratorError (a RuntimeError) where torch has it
@@ -36,12 +37,11 @@ class DeviceTable:
     physical: int
     visible: list[int]  # logical index -> physical index
     total_memory: int
-    allocated: list[int] = field(default_factory=list)
-    peak: list[int] = field(default_factory=list)
+    memory: list[memory_model.DeviceMemory] = field(default_factory=list)  # per logical device
+    host: memory_model.HostGuard = field(default_factory=memory_model.HostGuard)
 
     def __post_init__(self) -> None:
-        self.allocated = [0] * len(self.visible)
-        self.peak = [0] * len(self.visible)
+        self.memory = [memory_model.DeviceMemory(i, self.total_memory) for i in range(len(self.visible))]
 
     @property
     def count(self) -> int:
@@ -91,7 +91,8 @@ def table() -> DeviceTable:
         with _table_lock:
             if _table is None:
                 physical = int(os.environ.get(GPUS_ENV, "0") or 0)
-                memory = int(float(os.environ.get(MEMORY_ENV, DEFAULT_MEMORY_GB)) * 2**30)
+                asked = os.environ.get(MEMORY_ENV)
+                memory = int(float(asked) * 2**30) if asked else memory_model.default_capacity(physical)
                 _table = DeviceTable(physical, parse_visible(os.environ.get("CUDA_VISIBLE_DEVICES"), physical),
                                      memory)
     return _table
@@ -163,6 +164,8 @@ def resolve(device: Any) -> int | None:
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+_functorch_unwrapped = torch._C._functorch.get_unwrapped
 
 
 def device_of(t: torch.Tensor) -> int | None:
@@ -170,6 +173,8 @@ def device_of(t: torch.Tensor) -> int | None:
 
     A tensor subclass that wraps others (DTensor, AsyncCollectiveTensor, ...) lives where the first
     tensor it wraps lives (its __tensor_flatten__ names them), as torch builds such wrappers."""
+    if _is_functorch_wrapped(t):  # vmap's batched tensors, grad's: where the tensor they wrap lives
+        return device_of(innermost(t))
     try:
         storage = t.untyped_storage()
     except (RuntimeError, NotImplementedError):  # sparse, nested, meta wrappers: host semantics
@@ -186,69 +191,80 @@ def device_of(t: torch.Tensor) -> int | None:
     return index
 
 
+def innermost(t: torch.Tensor) -> torch.Tensor:
+    """The tensor functorch's wrappers (vmap, grad) wrap, however deep: the one with a storage."""
+    while _is_functorch_wrapped(t):
+        t = _functorch_unwrapped(t)
+    return t
+
+
 def place(t: torch.Tensor, index: int | None) -> torch.Tensor:
     """Put `t`'s storage on simulated device `index` (None: host), accounting its memory."""
-    storage = t.untyped_storage()
+    storage = innermost(t).untyped_storage()
     old = getattr(storage, LABEL, None)
     if old == index:
         return t
     if old is not None:
         raise SimulationError(f"simgpu: a storage on cuda:{old} cannot be relabelled cuda:{index}")
-    setattr(storage, LABEL, index)
     if index is not None:
-        account(storage, index)
+        account(storage, index)  # first: an allocation the GPU cannot hold raises OutOfMemoryError unlabelled
         mark_initialized() if not _initialized else None
+    setattr(storage, LABEL, index)
     return t
 
 
 def adopt(t: torch.Tensor, index: int) -> torch.Tensor:
     """Put `t`'s storage on simulated GPU `index` unless it is there already; a host storage moves
     (C++ makes tensors from a simulated tensor's host options), one on another GPU is an error."""
-    storage = t.untyped_storage()
+    storage = innermost(t).untyped_storage()
     old = getattr(storage, LABEL, None)
     if old == index:
         return t
     if old is not None:
         raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
                            f"cuda:{index} and cuda:{old}!")
-    setattr(storage, LABEL, index)
     account(storage, index)
+    setattr(storage, LABEL, index)
     mark_initialized() if not _initialized else None
     return t
 
 
 class _Allocation:
-    """Held by a storage on a simulated GPU: counts its bytes there until the storage is freed
+    """Held by a storage on a simulated GPU: charges its block there until the storage is freed
     (cheaper than a weakref.finalize, and every op's result makes one)."""
 
-    __slots__ = ("index", "nbytes")
+    __slots__ = ("index", "block", "nbytes")
 
-    def __init__(self, index: int, nbytes: int):
-        self.index, self.nbytes = index, nbytes
+    def __init__(self, index: int, block: int, nbytes: int):
+        self.index, self.block, self.nbytes = index, block, nbytes
 
     def __del__(self) -> None:
-        if _table is not None and self.index < len(_table.allocated):
-            _table.allocated[self.index] -= self.nbytes
+        if _table is not None and self.index < len(_table.memory):
+            _table.memory[self.index].free(self.block, self.nbytes)
 
 
 def account(storage: Any, index: int) -> None:
-    """Count a storage now living on simulated GPU `index` until it is freed."""
+    """Charge a storage now living on simulated GPU `index` what the CUDA caching allocator would, until
+    it is freed (torch.cuda.OutOfMemoryError when the GPU cannot hold it; simgpu.cuda_sim.memory)."""
     t = table()
     nbytes = storage.nbytes()
-    t.allocated[index] += nbytes
-    if t.allocated[index] > t.peak[index]:
-        t.peak[index] = t.allocated[index]
-    storage._simgpu_allocation = _Allocation(index, nbytes)
+    block = t.memory[index].allocate(nbytes)
+    storage._simgpu_allocation = _Allocation(index, block, nbytes)
+    t.host.grew(block)
+
+
+def memory_of(index: int) -> memory_model.DeviceMemory:
+    """The allocator model of simulated GPU `index` (its statistics, its cache, its capacity)."""
+    return table().memory[check_index(index)]
 
 
 def memory_allocated(index: int) -> int:
-    return table().allocated[check_index(index)]
+    return memory_of(index).total_allocated()
 
 
 def max_memory_allocated(index: int) -> int:
-    return table().peak[check_index(index)]
+    return memory_of(index).peak_allocated
 
 
 def reset_peak(index: int) -> None:
-    t = table()
-    t.peak[check_index(index)] = t.allocated[index]
+    memory_of(index).reset_peaks()

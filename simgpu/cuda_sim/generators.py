@@ -1,7 +1,8 @@
 """Random generators of simulated GPUs: `torch.cuda.default_generators`, `torch.Generator("cuda")`.
 
 A CUDA generator is a Philox generator whose state is 16 bytes, a seed and an offset; a draw of n
-numbers is a function of (seed, offset) and moves the offset on by n rounded up to 4. DTensor's
+numbers is a function of (seed, offset) and moves the offset as CUDA's kernels do
+(`philox_offset_increment`). DTensor's
 random ops and model-parallel RNG trackers set that offset to give each shard its own numbers, and
 checkpoints store it, so the state here is that one. The numbers themselves come from a CPU
 generator seeded from (seed, offset): the same on every run, not CUDA's (docs/cuda-simulation.md).
@@ -46,6 +47,23 @@ def _read_state(state: torch.Tensor) -> tuple[int, int]:
     with _disable_current_modes(), suspended(), torch._C.DisableTorchFunction():
         seed, offset = torch.Tensor.view(state.detach().clone().contiguous(), torch.int64).tolist()
     return seed % 2**64, offset
+
+
+SM_COUNT = 132  # what the simulated GPUs report (an H100/H200 SXM): CUDA's launch grid depends on it
+
+
+def philox_offset_increment(count: int) -> int:
+    """How far CUDA's random kernels move a generator's Philox offset for `count` numbers.
+
+    ATen's distribution kernels launch blocks of 256 threads, at most 8 blocks per SM (2048 threads
+    per SM), each thread drawing 4 numbers per Philox call; the offset moves by 4 for every round of
+    the grid over the numbers (aten/src/ATen/native/cuda/DistributionTemplates.h,
+    calc_execution_policy). Recorded on an H200: randn(10) moves it by 4."""
+    if count <= 0:
+        return 0
+    block, unroll = 256, 4
+    grid = min(SM_COUNT * (2048 // block), (count + block - 1) // block)
+    return ((count - 1) // (block * grid * unroll) + 1) * unroll
 
 
 class CudaGenerator(torch._C.Generator):
@@ -122,7 +140,7 @@ class CudaGenerator(torch._C.Generator):
         return torch._C.Generator().manual_seed((self._seed * 0x9E3779B97F4A7C15 + self._offset) % 2**63)
 
     def advance(self, count: int) -> None:
-        self._offset += (count + 3) // 4 * 4
+        self._offset += philox_offset_increment(count)
 
     def run(self, call: Callable[[torch.Generator], Any]) -> Any:
         """Run `call(cpu_generator)` as one draw: its outputs' numbers come from this stream's offset."""
@@ -154,6 +172,7 @@ class Generator(torch._C.Generator, metaclass=_GeneratorMeta):
 
 
 Generator.__module__, Generator.__name__, Generator.__qualname__ = "torch", "Generator", "Generator"
+CudaGenerator.__name__ = CudaGenerator.__qualname__ = "Generator"  # type(g).__name__, as torch's generators say
 _defaults: dict[int, CudaGenerator] = {}
 
 

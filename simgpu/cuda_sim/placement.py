@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from simgpu.cuda_sim import devices, generators
+from simgpu.cuda_sim import autocast, devices, generators
 from simgpu.cuda_sim.cuda_kernels import STAND_INS
 
 aten = torch.ops.aten
@@ -64,15 +64,27 @@ def mixed_devices(a: str, b: str) -> RuntimeError:
     return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}!")
 
 
-def tensors_of(args: tuple, kwargs: dict) -> Iterator[torch.Tensor]:
-    """The tensors of an aten call: arguments are tensors, or lists of them (one level deep)."""
+def tensors_of(args: tuple, kwargs: dict, unwrap: bool = True) -> Iterator[torch.Tensor]:
+    """The tensors of a call: arguments are tensors, or lists of them (one level deep). With `unwrap`,
+    functorch's wrappers (vmap's batched tensors, grad's) stand for the tensor they wrap: they hold no
+    storage, so no label, and would pass for host memory. Aten ops below Python never see them."""
     for value in (*args, *kwargs.values()):
         if isinstance(value, torch.Tensor):
-            yield value
+            yield underlying(value) if unwrap else value
         elif isinstance(value, (list, tuple)):
             for item in value:
                 if isinstance(item, torch.Tensor):
-                    yield item
+                    yield underlying(item) if unwrap else item
+
+
+_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+_unwrapped = torch._C._functorch.get_unwrapped
+
+
+def underlying(t: torch.Tensor) -> torch.Tensor:
+    while _is_wrapped(t):
+        t = _unwrapped(t)
+    return t
 
 
 def gpu_of(tensors: Any) -> int | None:
@@ -196,7 +208,10 @@ class PlacementMode(TorchDispatchMode):
             # device=cpu below Python is C++ passing a simulated tensor's own (host) options on, as in
             # autograd's `grad.to(self.options())`: the result stays with the inputs. The program's
             # own host requests (.cpu(), device="cpu") are settled in tensors.py before reaching here.
-            target = gpu_of(tensors_of(args, kwargs))
+            target = gpu_of(tensors_of(args, kwargs, unwrap=False))
+            if target is None and device is not None and func is not _ZERO_TENSOR \
+                    and next(tensors_of(args, kwargs, unwrap=False), None) is None:
+                target = _backward_node_gpu()
         else:
             kwargs = {**kwargs, "device": _CPU}
         if target is None:
@@ -205,7 +220,35 @@ class PlacementMode(TorchDispatchMode):
             stream = generators.stream_for(kwargs.get("generator"), target)
             if stream is not None:
                 return label(stream.run(lambda g: op.run(*args, **{**kwargs, "generator": g})), target)
+        if autocast.enabled_here():  # CUDA autocast: the ops inside this op's kernel are cast, as on CUDA
+            with autocast.inner_ops_cast():
+                return label(op.run(*args, **kwargs), target)
         return label(op.run(*args, **kwargs), target)
+
+
+_ZERO_TENSOR = aten._efficientzerotensor.default  # no storage to carry a label: stays as torch made it
+
+
+def _backward_node_gpu() -> int | None:
+    """The GPU of the autograd node running now, if any: a backward formula that makes a tensor from its
+    input's options and no tensor argument (zero gradients: `_efficientzerotensor`, `zeros`) gets host
+    options here, where on CUDA it gets the input's GPU. The node's saved tensors say which GPU that is."""
+    node = torch._C._current_autograd_node()
+    if node is None:
+        return None
+    for name in dir(node):
+        if not name.startswith("_saved_"):
+            continue
+        try:
+            saved = getattr(node, name)
+        except RuntimeError:  # freed after an earlier backward
+            continue
+        for t in saved if isinstance(saved, (list, tuple)) else (saved,):
+            if isinstance(t, torch.Tensor):
+                index = devices.device_of(t)
+                if index is not None:
+                    return index
+    return None
 
 
 class _Op:
@@ -230,9 +273,21 @@ _OPS: dict[Any, _Op] = {}
 _HOP_KEYS = [getattr(torch._C.DispatchKey, name) for name in ("CUDA", "CompositeExplicitAutograd", "CPU", "BackendSelect")]
 
 
+def _cond(pred: Any, true_fn: Callable, false_fn: Callable, operands: Any) -> Any:
+    """torch.cond's eager meaning (its dense kernel refuses to run under any dispatch mode)."""
+    return true_fn(*operands) if pred else false_fn(*operands)
+
+
+_EAGER_HOPS: dict[str, Callable] = {"cond": _cond}
+
+
 def _higher_order(func: Any, args: tuple, kwargs: dict) -> Any:
     """A higher-order operator (DTensor's random ops, checkpoint tags, control flow): run its GPU (or
     generic) implementation with placement still on, so the aten ops inside it are placed."""
+    eager = _EAGER_HOPS.get(func.name())
+    if eager is not None:
+        with PlacementMode():
+            return eager(*args, **kwargs)
     for key in _HOP_KEYS:
         if key in func.py_kernels:
             with PlacementMode():

@@ -12,6 +12,7 @@ suite fails on any, so a new torch cannot add a name that slips by (tests/test_c
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import types
 from typing import Any, Callable
@@ -35,7 +36,8 @@ _GDS = "GPUDirect Storage reads files straight into GPU memory"
 
 REFUSED: dict[str, str] = {
     "torch.cuda.CUDAGraph": _GRAPHS, "torch.cuda.graph": _GRAPHS, "torch.cuda.make_graphed_callables": _GRAPHS,
-    "torch.cuda.graph_pool_handle": _GRAPHS, "torch.accelerator.Graph": _GRAPHS,
+    "torch.cuda.graph_pool_handle": _GRAPHS, "torch.accelerator.Graph": _GRAPHS, "torch.cuda.export_dot": _GRAPHS,
+    "torch.cuda.export_graph_data": _GRAPHS,
     "torch.cuda.caching_allocator_alloc": _ALLOCATOR, "torch.cuda.caching_allocator_delete": _ALLOCATOR,
     "torch.cuda.CUDAPluggableAllocator": "a pluggable allocator is a compiled CUDA allocator library",
     "torch.cuda.change_current_allocator": "a pluggable allocator is a compiled CUDA allocator library",
@@ -50,14 +52,6 @@ REFUSED: dict[str, str] = {
     "torch.cuda.temperature": _NVML, "torch.cuda.power_draw": _NVML, "torch.cuda.clock_rate": _NVML,
     "torch.cuda.jiterator._create_jit_fn": "the jiterator compiles CUDA kernels at run time",
     "torch.cuda.jiterator._create_multi_output_jit_fn": "the jiterator compiles CUDA kernels at run time",
-    "torch.cuda.gds.gds_register_buffer": _GDS, "torch.cuda.gds.gds_deregister_buffer": _GDS,
-    "torch.cuda.gds.GdsFile": _GDS, "torch.cuda.green_contexts.GreenContext": "green contexts partition a GPU's SMs",
-    **{f"torch.cuda.tunable.{name}": _TUNABLE for name in (
-        "enable", "is_enabled", "tuning_enable", "tuning_is_enabled", "record_untuned_enable",
-        "record_untuned_is_enabled", "set_max_tuning_duration", "get_max_tuning_duration",
-        "set_max_tuning_iterations", "get_max_tuning_iterations", "set_filename", "get_filename", "get_results",
-        "get_validators", "read_file", "tune_gemm_in_file", "mgpu_tune_gemm_in_file", "set_rotating_buffer_size",
-        "get_rotating_buffer_size", "set_numerical_check_tolerances", "write_file", "write_file_on_exit")},
     **{f"torch.cuda.{kind}Storage": _STORAGE_TYPES for kind in (
         "BFloat16", "Bool", "Byte", "Char", "ComplexDouble", "ComplexFloat", "Double", "Float", "Half", "Int", "Long",
         "Short")},
@@ -68,6 +62,17 @@ REFUSED: dict[str, str] = {
     "torch.backends.cuda.cuFFTPlanCacheManager": "cuFFT plans are CUDA objects (torch.fft runs on the host's FFT)",
     "torch.backends.cuda.cuFFTPlanCacheAttrContextProp": "cuFFT plans are CUDA objects (torch.fft runs on the host's FFT)",
 }
+
+# Modules that are CUDA-only as a whole: every public name they have, today's or a later torch's, is
+# refused for the module's reason, except the names the simulation provides (api.py).
+REFUSED_MODULES: dict[str, str] = {
+    "torch.cuda.graphs": _GRAPHS, "torch.cuda.tunable": _TUNABLE, "torch.cuda.gds": _GDS,
+    "torch.cuda.green_contexts": "green contexts partition a GPU's SMs",
+}
+
+# factories whose product is refused when it runs, not when it is made (as CUDA compiles a jiterator
+# function at its first call)
+_REFUSED_WHEN_CALLED = ("torch.cuda.jiterator._create_jit_fn", "torch.cuda.jiterator._create_multi_output_jit_fn")
 
 _OWN_EXCEPTION = "an exception class: raising and catching it needs no GPU"
 _OVER_SIMULATED = "torch's Python over functions the simulation provides"
@@ -84,6 +89,7 @@ TORCH_OWN: dict[str, str] = {
     "torch.cuda.profiler": _SUBMODULE, "torch.cuda.random": _SUBMODULE, "torch.cuda.streams": _SUBMODULE,
     "torch.cuda.jiterator": _SUBMODULE, "torch.cuda.gds": _SUBMODULE, "torch.cuda.tunable": _SUBMODULE,
     "torch.cuda.sparse": _SUBMODULE, "torch.cuda.comm": _SUBMODULE, "torch.cuda.green_contexts": _SUBMODULE,
+    "torch.cuda.graph_annotations": _SUBMODULE,
     **{f"torch.cuda.comm.{name}": _OVER_PRIMITIVES for name in (
         "broadcast", "broadcast_coalesced", "reduce_add", "reduce_add_coalesced", "scatter", "gather")},
     **{f"torch.cuda.nccl.{name}": _OVER_PRIMITIVES for name in (
@@ -150,7 +156,7 @@ def simulated_names() -> set[str]:
     from simgpu.cuda_sim import api, legacy_types
 
     tables = {"torch.cuda": api.TORCH_CUDA, "torch.accelerator": api.TORCH_ACCELERATOR,
-              "torch.backends.cuda": api.BACKENDS_CUDA}
+              "torch.backends.cuda": api.BACKENDS_CUDA, "torch.cuda.gds": api.GDS}
     found = {f"torch.cuda.{name}" for name in api.TORCH_CUDA}
     found |= {f"torch.cuda.{name}" for name in ("default_generators", *legacy_types.CUDA_TYPES)}
     for module_name, table in tables.items():
@@ -163,6 +169,18 @@ def simulated_names() -> set[str]:
     return found
 
 
+def refusal_reason(name: str) -> str | None:
+    """Why a name is refused, or None: named in REFUSED, exported by torch.cuda from a submodule where
+    it is refused, or in a module refused as a whole and not simulated."""
+    canonical = _as_in_torch_cuda(name)
+    if canonical in REFUSED:
+        return REFUSED[canonical]
+    module_name = name.rsplit(".", 1)[0]
+    if module_name in REFUSED_MODULES and name not in simulated_names():
+        return REFUSED_MODULES[module_name]
+    return None
+
+
 def _as_in_torch_cuda(name: str) -> str:
     """torch.cuda.graphs.CUDAGraph is torch.cuda.CUDAGraph: a submodule's name as torch.cuda exports it."""
     module_name, short = name.rsplit(".", 1)
@@ -173,7 +191,7 @@ def _as_in_torch_cuda(name: str) -> str:
 
 def classify(name: str) -> str | None:
     """'refused', 'simulated', 'torch', or None for a name nobody has decided on."""
-    if _as_in_torch_cuda(name) in REFUSED:
+    if refusal_reason(name) is not None:
         return "refused"
     if name in simulated_names():
         return "simulated"
@@ -187,7 +205,7 @@ def unclassified() -> list[str]:
 
 
 def refusal_message(name: str) -> str:
-    return f"simgpu: {name} cannot run on simulated GPUs: {REFUSED[name]}"
+    return f"simgpu: {name} cannot run on simulated GPUs: {refusal_reason(name)}"
 
 
 def _refusing(name: str, original: Any) -> Any:
@@ -203,16 +221,36 @@ def _refusing(name: str, original: Any) -> Any:
         return type(short, (), {"__new__": refuse, "__module__": name.rsplit(".", 1)[0], "__qualname__": short,
                                 "__doc__": message})
     if isinstance(original, types.ModuleType):
-        return None  # its names are refused one by one; the module itself stays importable
-    refuse.__name__ = name.rsplit(".", 1)[1]
+        return None  # a module's names are refused one by one; the module itself stays importable
+    if not callable(original):  # an object such as torch.backends.cuda.cufft_plan_cache
+        return _RefusedObject(message)
+    if name in _REFUSED_WHEN_CALLED:  # making a jiterator function is fine (torch's OpInfo does at import)
+        return functools.wraps(original)(lambda *args, **kwargs: functools.wraps(original)(refuse))
+    refuse = functools.wraps(original)(refuse)  # torch's own code reads __wrapped__ of some (dynamo)
     refuse.__doc__ = message
     return refuse
+
+
+class _RefusedObject:
+    """Stands in for a refused object: using it in any way (an attribute, an index, a call) refuses."""
+
+    def __init__(self, message: str) -> None:
+        object.__setattr__(self, "_message", message)
+
+    def __getattr__(self, name: str) -> Any:
+        raise SimulationError(object.__getattribute__(self, "_message"))
+
+    def __getitem__(self, key: Any) -> Any:
+        raise SimulationError(object.__getattribute__(self, "_message"))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise SimulationError(object.__getattribute__(self, "_message"))
 
 
 def install_refusals() -> None:
     """Put the refusing stand-ins in place of every refused name the installed torch has, in torch.cuda
     and in the submodule that defines it (torch.cuda.graphs.CUDAGraph is torch.cuda.CUDAGraph)."""
-    for name in REFUSED:
+    for name in _refused_names():
         module_name, short = name.rsplit(".", 1)
         if not _exists(module_name):
             continue
@@ -229,6 +267,45 @@ def install_refusals() -> None:
                 submodule = importlib.import_module(submodule_name) if submodule_name.startswith("torch.cuda.") else None
                 if submodule is not None and getattr(submodule, short, None) is original:
                     setattr(submodule, short, stand_in)
+
+
+def _refused_names() -> list[str]:
+    """REFUSED's names, and every public name of the modules refused as a whole."""
+    names = list(REFUSED)
+    for module_name in REFUSED_MODULES:
+        if _exists(module_name):
+            names += [f"{module_name}.{n}" for n in public_names(module_name)
+                      if refusal_reason(f"{module_name}.{n}") is not None and f"{module_name}.{n}" not in REFUSED]
+    return names
+
+
+_CUDA_SOURCES = (".cu", ".cuh")
+
+
+def _refuse_cuda_extensions(cpp_extension: Any) -> None:
+    """torch.utils.cpp_extension.load/load_inline of CUDA code (DeepSpeed's FusedAdam, apex) would stop in
+    torch's `CUDA_HOME environment variable is not set`; C++-only extensions still build."""
+    for name in ("load", "load_inline"):
+        original = getattr(cpp_extension, name, None)
+        if original is None:
+            continue
+
+        def build(*args: Any, _original: Callable = original, _name: str = name, **kwargs: Any) -> Any:
+            sources = kwargs.get("sources", args[1] if len(args) > 1 else ())
+            sources = [sources] if isinstance(sources, str) else list(sources or ())
+            if kwargs.get("cuda_sources") or kwargs.get("with_cuda") or any(
+                    str(s).endswith(_CUDA_SOURCES) for s in sources):
+                raise SimulationError(f"simgpu: torch.utils.cpp_extension.{_name} of CUDA code cannot run on simulated "
+                                      f"GPUs: its kernels need nvcc and a GPU (use the library's pure-PyTorch path)")
+            return _original(*args, **kwargs)
+
+        setattr(cpp_extension, name, functools.wraps(original)(build))
+
+
+def install_extension_refusals() -> None:
+    from simgpu.cuda_sim.import_hooks import after_import
+
+    after_import("torch.utils.cpp_extension", _refuse_cuda_extensions)
 
 
 def refuses(call: Callable[[], Any], name: str) -> bool:

@@ -298,6 +298,8 @@ _NO_DEVICE_RULE = {
     TensorBase.numel, TensorBase.stride, TensorBase.dtype.__get__, TensorBase.requires_grad.__get__,
     TensorBase.is_contiguous, TensorBase.element_size, TensorBase.storage_offset, TensorBase.data_ptr,
     TensorBase.untyped_storage, TensorBase.__len__, TensorBase.layout.__get__, TensorBase.grad.__get__,
+    # split points given as a tensor must be a host tensor on CUDA too
+    torch.tensor_split, TensorBase.tensor_split,
 }
 
 
@@ -321,6 +323,9 @@ class SimCudaMode(TorchFunctionMode):
             return out if index is None else placement.label(out, index)
         if func is TensorBase.new_tensor and "device" not in kwargs and devices.device_of(args[0]) is not None:
             kwargs = {**kwargs, "device": _cuda_device(devices.device_of(args[0]))}  # new_* make on self's device
+        if getattr(func, "__name__", "").startswith("to_sparse") and args and devices.device_of(args[0]) is not None:
+            raise SimulationError(f"simgpu: Tensor.{func.__name__} of a tensor on a simulated GPU: sparse tensors are "
+                                  f"not simulated (convert on the host: t.cpu().{func.__name__}())")
         target = _target(kwargs["device"]) if "device" in kwargs else None
         if target is not None and target != _HOST and getattr(func, "__name__", "").startswith("sparse_"):
             raise SimulationError(f"simgpu: torch.{func.__name__} on a simulated GPU: sparse tensors are not "

@@ -88,4 +88,26 @@ assert b"simgpu" not in buffer.getvalue()
 buffer.seek(0)
 loaded = torch.load(buffer, weights_only=True)
 assert loaded["w"].device == torch.device("cuda:1") and loaded["where"] == torch.device("cuda:1")
+
+# a CUDA extension built at run time (DeepSpeed's FusedAdam, apex) is refused in one line, not torch's CUDA_HOME error
+from torch.utils.cpp_extension import load_inline  # noqa: E402
+
+try:
+    load_inline("kernel", cpp_sources="", cuda_sources="__global__ void f() {}", functions=[])
+    raise AssertionError("a CUDA extension was built on simulated GPUs")
+except RuntimeError as exc:
+    assert "torch.utils.cpp_extension.load_inline of CUDA code cannot run on simulated GPUs" in str(exc), exc
+
+# functorch's wrappers report the GPU of the tensor they wrap (vmap inside create_block_mask and torch.func)
+x = torch.ones(2, 3, device="cuda")
+assert torch.vmap(lambda r: r + torch.ones(3, device=r.device))(x).device == torch.device("cuda:0")
+assert torch.vmap(lambda r: r.to("cuda"))(x).device == torch.device("cuda:0")
+# split points given as a host tensor, as CUDA requires them
+assert torch.tensor_split(torch.arange(6.0, device="cuda"), torch.tensor([2]))[1].device == torch.device("cuda:0")
+# sparse tensors are not simulated: converting a GPU tensor is refused in one line, not made on the host
+try:
+    torch.ones(2, 2, device="cuda").to_sparse()
+    raise AssertionError("a sparse tensor was made from a simulated GPU tensor")
+except RuntimeError as exc:
+    assert "sparse tensors are not simulated" in str(exc), exc
 print("OK cuda_programs_meet")

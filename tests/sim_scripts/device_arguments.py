@@ -29,54 +29,6 @@ def _refused_message(call):
 GPU1_FORMS = ["cuda:1", 1, torch.device("cuda", 1), torch.device("cuda:1")]
 CURRENT_FORMS = ["cuda", torch.device("cuda")]
 
-# minimal arguments of each factory; the dtype each makes is compared with the same call on the host
-FACTORIES = {
-    "arange": ((5,), {}), "bartlett_window": ((4,), {}), "blackman_window": ((4,), {}), "empty": ((2, 3), {}),
-    "empty_permuted": (((2, 3), (1, 0)), {}), "empty_strided": (((2, 3), (1, 2)), {}), "eye": ((3,), {}),
-    "full": (((2,), 7.0), {}), "hamming_window": ((4,), {}), "hann_window": ((4,), {}), "kaiser_window": ((4,), {}),
-    "linspace": ((0, 1, 5), {}), "logspace": ((0, 1, 5), {}), "ones": ((2, 2), {}), "rand": ((3,), {}),
-    "randint": ((0, 10, (3,)), {}), "randn": ((3,), {}), "randperm": ((5,), {}), "range": ((0, 4), {}),
-    "tensor": (([1.0, 2.0],), {}), "tril_indices": ((3, 3), {}), "triu_indices": ((3, 3), {}), "zeros": ((2, 2), {}),
-    "empty_like": ((torch.ones(2),), {}), "full_like": ((torch.ones(2), 3.0), {}), "ones_like": ((torch.ones(2),), {}),
-    "rand_like": ((torch.ones(2),), {}), "randint_like": ((torch.ones(2), 5), {}), "randn_like": ((torch.ones(2),), {}),
-    "zeros_like": ((torch.ones(2),), {}),
-    "sparse_coo_tensor": (([[0, 1]], [1.0, 2.0], (3,)), {}),
-    "sparse_csr_tensor": (([0, 1, 2], [0, 1], [1.0, 2.0], (2, 2)), {}),
-    "sparse_csc_tensor": (([0, 1, 2], [0, 1], [1.0, 2.0], (2, 2)), {}),
-    "sparse_bsr_tensor": (([0, 1], [0], torch.ones(1, 1, 1), (1, 1)), {}),
-    "sparse_bsc_tensor": (([0, 1], [0], torch.ones(1, 1, 1), (1, 1)), {}),
-    "sparse_compressed_tensor": (([0, 1, 2], [0, 1], [1.0, 2.0], (2, 2)), {"layout": torch.sparse_csr}),
-}
-NOT_FACTORIES = {"from_file": "reads a file into host memory (shared=True maps it): CUDA refuses device='cuda' alike"}
-DETERMINISTIC = {"arange", "eye", "full", "linspace", "logspace", "ones", "range", "tensor", "zeros", "tril_indices",
-                 "triu_indices", "full_like", "ones_like", "zeros_like", "bartlett_window", "blackman_window",
-                 "hamming_window", "hann_window", "kaiser_window"}
-
-for name in surface.device_factories():
-    if name in NOT_FACTORIES:
-        continue
-    if name not in FACTORIES:
-        problems.append(f"torch.{name} takes device= but has no call here")
-        continue
-    args, kwargs = FACTORIES[name]
-    fn = getattr(torch, name)
-    if name.startswith("sparse_") and SIMULATED:
-        if "sparse tensors are not simulated" not in _refused_message(lambda: fn(*args, **kwargs, device="cuda")):
-            problems.append(f"torch.{name}(..., device='cuda') is not refused in one line")
-        continue
-    host = fn(*args, **kwargs)
-    for form, expected in [(f, 1) for f in GPU1_FORMS] + [(f, 0) for f in CURRENT_FORMS]:
-        try:
-            out = fn(*args, **kwargs, device=form)
-        except Exception as exc:  # noqa: BLE001 - reported with the call
-            problems.append(f"torch.{name}(..., device={form!r}): {type(exc).__name__}: {exc}")
-            continue
-        if out.device != torch.device("cuda", expected) or out.dtype != host.dtype or out.shape != host.shape:
-            problems.append(f"torch.{name}(..., device={form!r}): {out.device} {out.dtype} {tuple(out.shape)}, "
-                            f"expected cuda:{expected} {host.dtype} {tuple(host.shape)}")
-        elif name in DETERMINISTIC and out.layout == torch.strided and not torch.equal(out.cpu(), host):
-            problems.append(f"torch.{name}(..., device={form!r}): other values than on the host")
-
 # Tensor methods that take or report a device or a dtype
 t = torch.arange(6.0, device="cuda:1").reshape(2, 3)
 TENSOR_CALLS = {
@@ -169,6 +121,55 @@ if (m.weight.device, m.weight.dtype) != (torch.device("cuda:1"), torch.bfloat16)
 if "--record" in sys.argv:  # real GPUs: what CUDA answers, for --reference under simulation
     with open(sys.argv[sys.argv.index("--record") + 1], "w") as f:
         json.dump({"torch": torch.__version__, "cuda": torch.version.cuda, "fingerprints": fingerprints}, f, indent=1)
+# factories last: on a GPU box a failing one must not cost the methods' record above
+# minimal arguments of each factory; the dtype each makes is compared with the same call on the host
+FACTORIES = {
+    "arange": ((5,), {}), "bartlett_window": ((4,), {}), "blackman_window": ((4,), {}), "empty": ((2, 3), {}),
+    "empty_permuted": (((2, 3), (1, 0)), {}), "empty_strided": (((2, 3), (1, 2)), {}), "eye": ((3,), {}),
+    "full": (((2,), 7.0), {}), "hamming_window": ((4,), {}), "hann_window": ((4,), {}), "kaiser_window": ((4,), {}),
+    "linspace": ((0, 1, 5), {}), "logspace": ((0, 1, 5), {}), "ones": ((2, 2), {}), "rand": ((3,), {}),
+    "randint": ((0, 10, (3,)), {}), "randn": ((3,), {}), "randperm": ((5,), {}), "range": ((0, 4), {}),
+    "tensor": (([1.0, 2.0],), {}), "tril_indices": ((3, 3), {}), "triu_indices": ((3, 3), {}), "zeros": ((2, 2), {}),
+    "empty_like": ((torch.ones(2),), {}), "full_like": ((torch.ones(2), 3.0), {}), "ones_like": ((torch.ones(2),), {}),
+    "rand_like": ((torch.ones(2),), {}), "randint_like": ((torch.ones(2), 5), {}), "randn_like": ((torch.ones(2),), {}),
+    "zeros_like": ((torch.ones(2),), {}),
+    "sparse_coo_tensor": (([[0, 1]], [1.0, 2.0], (3,)), {}),
+    "sparse_csr_tensor": (([0, 1, 2], [0, 1], [1.0, 2.0], (2, 2)), {}),
+    "sparse_csc_tensor": (([0, 1, 2], [0, 1], [1.0, 2.0], (2, 2)), {}),
+    "sparse_bsr_tensor": (([0, 1], [0], torch.ones(1, 1, 1), (1, 1)), {}),
+    "sparse_bsc_tensor": (([0, 1], [0], torch.ones(1, 1, 1), (1, 1)), {}),
+    "sparse_compressed_tensor": (([0, 1, 2], [0, 1], [1.0, 2.0], (2, 2)), {"layout": torch.sparse_csr}),
+}
+NOT_FACTORIES = {"from_file": "reads a file into host memory (shared=True maps it): CUDA refuses device='cuda' alike"}
+DETERMINISTIC = {"arange", "eye", "full", "linspace", "logspace", "ones", "range", "tensor", "zeros", "tril_indices",
+                 "triu_indices", "full_like", "ones_like", "zeros_like", "bartlett_window", "blackman_window",
+                 "hamming_window", "hann_window", "kaiser_window"}
+
+for name in surface.device_factories():
+    if name in NOT_FACTORIES:
+        continue
+    if name not in FACTORIES:
+        problems.append(f"torch.{name} takes device= but has no call here")
+        continue
+    args, kwargs = FACTORIES[name]
+    fn = getattr(torch, name)
+    if name.startswith("sparse_"):  # refused on simulated GPUs (sparse tensors are not simulated)
+        if SIMULATED and "sparse tensors are not simulated" not in _refused_message(lambda: fn(*args, **kwargs, device="cuda")):
+            problems.append(f"torch.{name}(..., device='cuda') is not refused in one line")
+        continue
+    host = fn(*args, **kwargs)
+    for form, expected in [(f, 1) for f in GPU1_FORMS] + [(f, 0) for f in CURRENT_FORMS]:
+        try:
+            out = fn(*args, **kwargs, device=form)
+        except Exception as exc:  # noqa: BLE001 - reported with the call
+            problems.append(f"torch.{name}(..., device={form!r}): {type(exc).__name__}: {exc}")
+            continue
+        if out.device != torch.device("cuda", expected) or out.dtype != host.dtype or out.shape != host.shape:
+            problems.append(f"torch.{name}(..., device={form!r}): {out.device} {out.dtype} {tuple(out.shape)}, "
+                            f"expected cuda:{expected} {host.dtype} {tuple(host.shape)}")
+        elif name in DETERMINISTIC and out.layout == torch.strided and not torch.equal(out.cpu(), host):
+            problems.append(f"torch.{name}(..., device={form!r}): other values than on the host")
+
 if "--reference" in sys.argv:
     with open(sys.argv[sys.argv.index("--reference") + 1]) as f:
         for name, expected in json.load(f)["fingerprints"].items():

@@ -79,7 +79,7 @@ assert torch.ones(2, device="cuda:1").to("meta").is_meta and torch.empty_like(g,
 before = torch.cuda.memory_allocated(2)
 lazy.to_empty(device="cuda:2")
 assert lazy.weight.get_device() == 2 and not lazy.weight.is_meta
-assert torch.cuda.memory_allocated(2) - before == (16 + 4) * 4
+assert torch.cuda.memory_allocated(2) - before == 2 * 512  # two storages, each a 512-byte block as on CUDA
 # FakeTensor (torch.export, the pipelining tracer) makes meta tensors of symbolic sizes
 exported = torch.export.export(torch.nn.Linear(3, 2), (torch.ones(5, 3),),
                                dynamic_shapes=({0: torch.export.Dim("batch")},))

@@ -1,0 +1,245 @@
+"""Simulated GPU memory that behaves like a GPU's: a capacity, CUDA's caching-allocator rounding, OOM.
+
+Every storage on a simulated GPU is charged what PyTorch's CUDA caching allocator would charge it
+(c10/cuda/CUDACachingAllocator.cpp): a block rounded up to 512 bytes; blocks of at most 1 MiB come
+from 2 MiB segments (the small pool), larger ones from 20 MiB segments when under 10 MiB, else from a
+segment of their own size rounded up to 2 MiB (the large pool). A freed block stays reserved (cached)
+for the next allocation of its pool; `empty_cache` gives back what is not in use. The model keeps one
+free-byte count per pool instead of the allocator's block lists (no fragmentation): reserved memory
+is what the segments hold, allocated memory the blocks in use, and their peaks are the allocator's
+within the rounding of one segment per pool.
+
+An allocation whose segment would take the device's reserved memory past its capacity first frees
+the cache (as the allocator retries after release_cached_blocks), then raises
+torch.cuda.OutOfMemoryError with CUDA's message. Capacity: SIMGPU_GPU_MEMORY_GB (`simgpu run
+--memory-gb`), else what the host holds divided among the simulated GPUs (at most an H200's 141 GiB),
+times set_per_process_memory_fraction. Since simulated GPU memory is host memory, the host is watched
+too: when this process has grown by HOST_CHECK_BYTES since the last look and the host has less than
+a reserve left, HostMemoryExhausted (one line) stops the program before the kernel's OOM killer does.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import torch
+
+from simgpu.cuda_sim.errors import SimulationError
+
+MIN_BLOCK = 512                 # kMinBlockSize
+SMALL_SIZE = 1 << 20            # kSmallSize: blocks up to this come from the small pool
+SMALL_BUFFER = 2 << 20          # kSmallBuffer: a small-pool segment
+LARGE_BUFFER = 20 << 20         # kLargeBuffer: a large-pool segment for blocks under MIN_LARGE_ALLOC
+MIN_LARGE_ALLOC = 10 << 20      # kMinLargeAlloc
+ROUND_LARGE = 2 << 20           # kRoundLarge: larger blocks get a segment of their size rounded to this
+DEFAULT_CAP_GB = 141            # an H200: the most a simulated GPU reports by default
+HOST_CHECK_BYTES = 256 << 20    # look at the host's free memory after this much growth
+_GIB = 1 << 30
+
+
+class HostMemoryExhausted(SimulationError):
+    """The host is about to run out of memory (simulated GPU memory lives there): stop in one line."""
+
+
+def round_size(nbytes: int) -> int:
+    """The block the caching allocator hands out for a request (0 bytes: none)."""
+    if nbytes <= 0:
+        return 0
+    return MIN_BLOCK * -(-nbytes // MIN_BLOCK)
+
+
+def segment_size(block: int) -> int:
+    """The segment cudaMalloc'd when no cached block of the pool fits (get_allocation_size)."""
+    if block <= SMALL_SIZE:
+        return SMALL_BUFFER
+    if block < MIN_LARGE_ALLOC:
+        return LARGE_BUFFER
+    return ROUND_LARGE * -(-block // ROUND_LARGE)
+
+
+def _pool(block: int) -> int:
+    return 0 if block <= SMALL_SIZE else 1
+
+
+@dataclass
+class DeviceMemory:
+    """One simulated GPU's allocator state (per process, as each process has its own allocator)."""
+
+    index: int
+    capacity: int
+    fraction: float = 1.0
+    allocated: list[int] = field(default_factory=lambda: [0, 0])   # blocks in use, per pool
+    reserved: list[int] = field(default_factory=lambda: [0, 0])    # segments, per pool
+    requested: int = 0
+    peak_allocated: int = 0
+    peak_reserved: int = 0
+    peak_requested: int = 0
+    allocs: int = 0
+    frees: int = 0
+    segments: int = 0
+    segment_frees: int = 0
+    retries: int = 0
+    ooms: int = 0
+
+    @property
+    def limit(self) -> int:
+        return int(self.capacity * self.fraction)
+
+    def total_allocated(self) -> int:
+        return sum(self.allocated)
+
+    def total_reserved(self) -> int:
+        return sum(self.reserved)
+
+    def allocate(self, nbytes: int) -> int:
+        """Charge a request of nbytes; the block size to give back on free (OutOfMemoryError if it cannot fit)."""
+        block = round_size(nbytes)
+        if block == 0:
+            return 0
+        pool = _pool(block)
+        if self.reserved[pool] - self.allocated[pool] < block:
+            grow = segment_size(block)
+            if self.total_reserved() + grow > self.limit:
+                self.retries += 1
+                self.empty_cache()
+                if self.total_reserved() + grow > self.limit:
+                    self.ooms += 1
+                    raise torch.cuda.OutOfMemoryError(self._oom_message(block))
+            self.reserved[pool] += grow
+            self.segments += 1
+        self.allocated[pool] += block
+        self.requested += nbytes
+        self.allocs += 1
+        self.peak_allocated = max(self.peak_allocated, self.total_allocated())
+        self.peak_reserved = max(self.peak_reserved, self.total_reserved())
+        self.peak_requested = max(self.peak_requested, self.requested)
+        return block
+
+    def free(self, block: int, nbytes: int) -> None:
+        if block:
+            self.allocated[_pool(block)] -= block
+            self.requested -= nbytes
+            self.frees += 1
+
+    def empty_cache(self) -> None:
+        """Give back segments no block uses (modelled: what the pool's blocks need, in whole segments)."""
+        small = SMALL_BUFFER * -(-self.allocated[0] // SMALL_BUFFER)
+        large = ROUND_LARGE * -(-self.allocated[1] // ROUND_LARGE)
+        for pool, keep in ((0, small), (1, large)):
+            if self.reserved[pool] > keep:
+                self.reserved[pool] = keep
+                self.segment_frees += 1
+
+    def reset_peaks(self) -> None:
+        self.peak_allocated, self.peak_reserved = self.total_allocated(), self.total_reserved()
+        self.peak_requested = self.requested
+
+    def _oom_message(self, block: int) -> str:
+        """CUDA's message (CUDACachingAllocator.cpp, torch 2.x), with this simulated GPU's numbers."""
+        free = max(self.limit - self.total_reserved(), 0)
+        allocated, reserved = self.total_allocated(), self.total_reserved()
+        return (f"CUDA out of memory. Tried to allocate {format_size(block)}. GPU {self.index} has a total capacity "
+                f"of {format_size(self.limit)} of which {format_size(free)} is free. Including non-PyTorch memory, "
+                f"this process has {format_size(reserved)} memory in use. Of the allocated memory "
+                f"{format_size(allocated)} is allocated by PyTorch, and {format_size(reserved - allocated)} is "
+                "reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
+                "Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables) "
+                f"(simgpu: simulated GPU of {format_size(self.capacity)}; simgpu run --memory-gb sets it)")
+
+    def stats(self) -> dict[str, int]:
+        """torch.cuda.memory_stats' keys that programs read, from this model."""
+        out = {"num_alloc_retries": self.retries, "num_ooms": self.ooms, "num_device_alloc": self.segments,
+               "num_device_free": self.segment_frees, "allocation.all.allocated": self.allocs,
+               "allocation.all.freed": self.frees}
+        values = {"allocated_bytes": (self.total_allocated(), self.peak_allocated),
+                  "reserved_bytes": (self.total_reserved(), self.peak_reserved),
+                  "active_bytes": (self.total_allocated(), self.peak_allocated),
+                  "requested_bytes": (self.requested, self.peak_requested)}
+        for kind, (current, peak) in values.items():
+            out.update({f"{kind}.all.current": current, f"{kind}.all.peak": peak})
+            for pool, name in ((0, "small_pool"), (1, "large_pool")):
+                now = self.reserved[pool] if kind == "reserved_bytes" else self.allocated[pool]
+                out[f"{kind}.{name}.current"] = now
+        return out
+
+
+def format_size(nbytes: int) -> str:
+    """c10's format_size: bytes, KiB, MiB or GiB with two decimals."""
+    if nbytes < 1024:
+        return f"{nbytes} bytes"
+    for unit, scale in (("KiB", 1 << 10), ("MiB", 1 << 20)):
+        if nbytes < scale << 10:
+            return f"{nbytes / scale:.2f} {unit}"
+    return f"{nbytes / _GIB:.2f} GiB"
+
+
+# ----------------------------------------------------------------------------- the host
+def host_limit_bytes() -> int:
+    """What this host (its cgroup, if it has a limit) can hold in memory: the smaller of MemTotal and memory.max."""
+    total = _meminfo().get("MemTotal", 0)
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            text = f.read().strip()
+        if text.isdigit():
+            total = min(total, int(text)) if total else int(text)
+    except OSError:
+        pass
+    return total or DEFAULT_CAP_GB * _GIB
+
+
+def host_available_bytes() -> int | None:
+    """Memory the host can still give (MemAvailable, less if the cgroup's limit is nearer); None: unknown."""
+    available = _meminfo().get("MemAvailable")
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        with open("/sys/fs/cgroup/memory.current") as f:
+            used = int(f.read().strip())
+        if limit.isdigit():
+            left = int(limit) - used
+            available = left if available is None else min(available, left)
+    except (OSError, ValueError):
+        pass
+    return available
+
+
+def _meminfo() -> dict[str, int]:
+    out = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                parts = rest.split()
+                if parts and parts[0].isdigit():
+                    out[name] = int(parts[0]) * 1024
+    except OSError:
+        pass
+    return out
+
+
+def default_capacity(gpus: int) -> int:
+    """Each simulated GPU's memory when none is asked for: the host's share, at most an H200's."""
+    return min(DEFAULT_CAP_GB * _GIB, host_limit_bytes() // max(gpus, 1))
+
+
+class HostGuard:
+    """Looks at the host's free memory after every HOST_CHECK_BYTES of growth in this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._since = 0
+        self.reserve = min(1 << 30, host_limit_bytes() // 20)  # 5% of the host, at most 1 GiB
+
+    def grew(self, nbytes: int) -> None:
+        with self._lock:
+            self._since += nbytes
+            if self._since < HOST_CHECK_BYTES:
+                return
+            self._since = 0
+        available = host_available_bytes()
+        if available is not None and available < self.reserve:
+            raise HostMemoryExhausted(
+                f"simgpu: the host has {format_size(max(available, 0))} of memory left (simulated GPU memory is "
+                f"host memory); stopping before the kernel's OOM killer does. Give the simulated GPUs less "
+                f"(simgpu run --memory-gb) or run fewer ranks")

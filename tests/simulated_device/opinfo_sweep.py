@@ -1,0 +1,460 @@
+"""PyTorch's OpInfo database on simulated GPUs, held to the host and to a record of real CUDA.
+
+Three modes, all `python -m tests.simulated_device.opinfo_sweep`:
+- under `simgpu run --gpus 2 -m ...` (the default): every selected op and sample runs on "cuda" (simulated)
+  and on a host copy of the same sample; results must agree in device, dtype, shape and values, as must
+  gradients (autograd, torch.func.grad) and vmap; every outcome is also compared with the CUDA record
+  (ok or refused, output devices/dtypes/shapes, and the output dtypes under bf16 autocast);
+- `--record` on a real GPU (no simulation): writes that record for the installed torch;
+- `--merge` joins the shards of a record into one file with the machine's description.
+
+The simulation patches torch for the whole process, so the pytest side (tests/test_opinfo_sweep.py)
+runs this in a child process and reads its report.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+from tests.simulated_device.explained import explanation
+
+REFERENCE_DIR = Path(__file__).resolve().parent / "cuda_reference"
+DEFAULT_SAMPLES = 1  # the default tier: one dtype, the first sample of every op
+AUTOCAST_DTYPE = torch.bfloat16
+CHECKS = ("samples", "forward", "values", "cuda", "backward", "vmap", "grad", "autocast")
+
+
+def op_db() -> list:
+    from torch.testing._internal.common_methods_invocations import op_db as db
+
+    return db
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def key_of(op: Any, dtype: torch.dtype, index: int) -> str:
+    """How the record names a sample: stable across torch versions as long as the OpInfo keeps its samples."""
+    return f"{op.name}|{op.variant_test_name}|{dtype_name(dtype)}|{index}"
+
+
+def dtypes_of(op: Any, full: bool) -> list[torch.dtype]:
+    """Every dtype the OpInfo lists for CUDA (--full), or one: float32 where it has it."""
+    dtypes = sorted(op.supported_dtypes("cuda"), key=str)
+    if full or not dtypes:
+        return dtypes
+    return [torch.float32] if torch.float32 in dtypes else dtypes[:1]
+
+
+def samples(op: Any, device: str, dtype: torch.dtype, requires_grad: bool, limit: int | None) -> list:
+    torch.manual_seed(0)
+    return list(itertools.islice(op.sample_inputs(device, dtype, requires_grad=requires_grad), limit))
+
+
+def call(op: Any, s: Any) -> Any:
+    return op(s.input, *s.args, **s.kwargs)
+
+
+def tensors(value: Any) -> list[torch.Tensor]:
+    return [t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
+
+
+def describe(value: Any) -> list[list]:
+    """Each output tensor's [device, dtype, shape]."""
+    return [[str(t.device), dtype_name(t.dtype), list(t.shape)] for t in tensors(value)]
+
+
+def signature(s: Any) -> str:
+    """The sample's tensors' dtypes and shapes: a record entry is only used for the sample it was made from."""
+    return ";".join(f"{dtype_name(t.dtype)}{list(t.shape)}" for t in tensors((s.input, s.args, s.kwargs)))
+
+
+def attempt(fn: Callable[[], Any]) -> tuple[Any, BaseException | None]:
+    try:
+        return fn(), None
+    except Exception as exc:  # noqa: BLE001 - the outcome is what is compared
+        return None, exc
+
+
+def error_name(exc: BaseException) -> str:
+    # torch.AcceleratorError (CUDA errors, torch >= 2.9) is a RuntimeError to programs
+    return "RuntimeError" if type(exc).__name__ == "AcceleratorError" else type(exc).__name__
+
+
+def float_dtype(dtype: torch.dtype) -> bool:
+    return dtype.is_floating_point
+
+
+def is_random(op: Any) -> bool:
+    """Ops that draw random numbers (aten's nondeterministic_seeded tag): their values are a generator's."""
+    packet = getattr(torch.ops.aten, op.aten_name or op.name.split(".")[-1], None) if hasattr(op, "aten_name") else None
+    if packet is None or not hasattr(packet, "overloads"):
+        return op.name in ("bernoulli", "normal", "multinomial", "randint_like", "rand_like", "randn_like")
+    return any(torch.Tag.nondeterministic_seeded in getattr(packet, o).tags for o in packet.overloads())
+
+
+# ---- the record of real CUDA ----------------------------------------------------------------------
+def record(shard: int, shards: int, full: bool, out: Path, only: set[str] | None) -> int:
+    """Run every selected sample on the GPU and write what CUDA did (no simulation here). Resumes from
+    `out`; a CUDA error that leaves the context unusable (a device-side assert) ends the process with 3,
+    the op that caused it recorded as far as it got, so a shell loop can start it again."""
+    assert torch.cuda.is_available(), "--record runs on a real GPU"
+    entries: dict[str, dict] = json.loads(out.read_text()) if out.exists() else {}
+    done = set(entries.pop("_done", []))
+    for position, op in enumerate(op_db()):
+        if position % shards != shard or (only and op.name not in only) or position in done:
+            continue
+        done.add(position)
+        broken = False
+        for dtype in dtypes_of(op, full):
+            got, exc = attempt(lambda: samples(op, "cuda", dtype, False, None if full else DEFAULT_SAMPLES))
+            if exc is not None:
+                entries[key_of(op, dtype, -1)] = {"o": error_name(exc)}
+                broken = broken or _context_lost(exc)
+                continue
+            for index, s in enumerate(got):
+                entry = entries[key_of(op, dtype, index)] = _record_sample(op, s, dtype)
+                if entry.pop("lost", False):
+                    broken = True
+                    break
+            if broken:
+                break
+        out.write_text(json.dumps({**entries, "_done": sorted(done)}, separators=(",", ":")))
+        if broken:
+            return 3
+    return 0
+
+
+def _context_lost(exc: BaseException) -> bool:
+    return "device-side assert" in str(exc) or "illegal memory access" in str(exc)
+
+
+def _record_sample(op: Any, s: Any, dtype: torch.dtype) -> dict:
+    entry: dict[str, Any] = {"s": signature(s)}
+    with torch.no_grad():
+        out, exc = attempt(lambda: _synced(call(op, s)))
+        entry["o"] = "ok" if exc is None else error_name(exc)
+        if exc is not None and _context_lost(exc):
+            return {**entry, "lost": True}
+        if exc is None:
+            entry["out"] = describe(out)
+        if float_dtype(dtype):
+            with torch.autocast("cuda", dtype=AUTOCAST_DTYPE):
+                out, exc = attempt(lambda: _synced(call(op, s)))
+            entry["ac"] = [d for _, d, _ in describe(out)] if exc is None else error_name(exc)
+    return entry
+
+
+def _synced(value: Any) -> Any:
+    torch.cuda.synchronize()
+    return value
+
+
+def merge(parts: list[Path], out: Path, meta: dict) -> None:
+    entries: dict[str, dict] = {}
+    done: set[int] = set()
+    for part in parts:
+        entries.update(json.loads(part.read_text()))
+        done.update(entries.pop("_done", []))
+    meta = {**meta, "op_variants_recorded": len(done), "op_variants": len(op_db())}
+    with gzip.open(out, "wt") as f:
+        json.dump({"meta": meta, "entries": entries}, f, separators=(",", ":"), sort_keys=True)
+
+
+def machine_meta(command: str) -> dict:
+    import datetime
+    import subprocess
+
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,name", "--format=csv,noheader"],
+                                capture_output=True, text=True).stdout.strip()
+    except OSError as exc:
+        driver = f"unknown ({exc})"
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "device": torch.cuda.get_device_name(0), "driver": driver, "cuda": torch.version.cuda,
+            "torch": torch.__version__, "python": sys.version.split()[0], "command": command}
+
+
+def load_reference(path: Path | None) -> tuple[dict, dict]:
+    """The CUDA record (entries, meta); the newest file in cuda_reference/ unless one is named."""
+    if path is None:
+        found = sorted(REFERENCE_DIR.glob("*.json.gz"))
+        if not found:
+            return {}, {}
+        path = found[-1]
+    with gzip.open(path, "rt") as f:
+        data = json.load(f)
+    return data["entries"], {**data["meta"], "file": path.name}
+
+
+# ---- the differential sweep (under simulation) ------------------------------------------------------
+class Report:
+    """Outcomes per check: pass, fail, explained (a listed difference, with its reason), open (a listed bug not
+    fixed yet), refused (host and simulation both refuse the sample), no_reference (no CUDA record for it)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, Counter] = {c: Counter() for c in CHECKS}
+        self.failures: list[list[str]] = []
+        self.listed: dict[str, dict[str, dict]] = {"explained": {}, "open": {}}
+        self.ops: set[str] = set()
+        self.seconds: dict[str, float] = {}
+
+    def add(self, op: Any, key: str, check: str, problem: str | None, status: str = "pass") -> None:
+        if problem is None:
+            self.counts[check][status] += 1
+            return
+        listed = explanation(op.name, op.variant_test_name, check)
+        if listed is None:
+            self.counts[check]["fail"] += 1
+            self.failures.append([key, check, problem[:400]])
+            return
+        status, reason = listed
+        self.counts[check][status] += 1
+        entry = self.listed[status].setdefault(f"{op.name}|{op.variant_test_name}|{check}",
+                                               {"reason": reason, "samples": 0, "example": problem[:200]})
+        entry["samples"] += 1
+
+
+def host_copy(s: Any) -> Any:
+    def to_host(t: Any) -> Any:
+        if isinstance(t, torch.Tensor):
+            return t.detach().cpu().requires_grad_(t.requires_grad)
+        return t
+
+    copy = s.transform(to_host)
+    copy.args = tuple(_host_device(a) for a in copy.args)
+    copy.kwargs = {k: _host_device(v) for k, v in copy.kwargs.items()}
+    return copy
+
+
+def _host_device(value: Any) -> Any:
+    """A device argument naming a GPU ("cuda", torch.device("cuda:0")) names the host in the host copy."""
+    if isinstance(value, torch.device) and value.type == "cuda":
+        return torch.device("cpu")
+    if isinstance(value, str) and value.startswith("cuda"):
+        return "cpu"
+    return value
+
+
+def compare(sim: Any, host: Any, device: str | None, values: bool) -> str | None:
+    """Why `sim` (outputs on the simulated GPU) is not `host` (the host's outputs for the same sample)."""
+    from simgpu.cuda_sim.placement import suspended
+
+    a, b = tensors(sim), tensors(host)
+    if len(a) != len(b):
+        return f"{len(a)} output tensors, host {len(b)}"
+    for i, (x, y) in enumerate(zip(a, b)):
+        want = device if str(y.device) == "cpu" else str(y.device)
+        if device is not None and str(x.device) != want:
+            return f"output {i} on {x.device}, expected {want}"
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return f"output {i}: {x.dtype}{list(x.shape)}, host {y.dtype}{list(y.shape)}"
+        if values:
+            with suspended():
+                try:
+                    torch.testing.assert_close(x.detach(), y.detach(), equal_nan=True, check_device=False,
+                                               check_layout=False, check_stride=False)
+                except AssertionError as exc:
+                    return f"output {i} values: {str(exc).splitlines()[0:3]}"
+    return None
+
+
+def outcome_problem(sim_exc: BaseException | None, host_exc: BaseException | None) -> tuple[str | None, str]:
+    """(problem, status) when one side raised."""
+    if sim_exc is None and host_exc is None:
+        return None, "pass"
+    if sim_exc is not None and host_exc is not None:
+        if error_name(sim_exc) == error_name(host_exc):
+            return None, "refused"
+        return f"simulated {error_name(sim_exc)}: {sim_exc}; host {error_name(host_exc)}: {host_exc}", "fail"
+    if sim_exc is not None:
+        return f"simulated {error_name(sim_exc)}: {str(sim_exc)[:300]} (host ok)", "fail"
+    return f"host {error_name(host_exc)}: {str(host_exc)[:300]} (simulated ok)", "fail"
+
+
+def grad_inputs(s: Any) -> list[torch.Tensor]:
+    return [t for t in tensors((s.input, s.args, s.kwargs)) if t.requires_grad]
+
+
+def sweep(full: bool, shard: int, shards: int, only: set[str] | None, reference: dict, report: Report) -> None:
+    for position, op in enumerate(op_db()):
+        if position % shards != shard or (only and op.name not in only):
+            continue
+        report.ops.add(f"{op.name}|{op.variant_test_name}")
+        random = is_random(op)
+        began = time.monotonic()
+        for dtype in dtypes_of(op, full):
+            backward = op.supports_autograd and dtype in op.supported_backward_dtypes("cuda")
+            got, exc = attempt(lambda: samples(op, "cuda", dtype, backward, None if full else DEFAULT_SAMPLES))
+            if exc is not None:
+                report.add(op, key_of(op, dtype, -1), "samples", f"{error_name(exc)}: {exc}")
+                continue
+            for index, s in enumerate(got):
+                check_sample(op, s, dtype, key_of(op, dtype, index), backward, random, reference, report)
+        report.seconds[f"{op.name}|{op.variant_test_name}"] = round(time.monotonic() - began, 2)
+
+
+def check_sample(op: Any, s: Any, dtype: torch.dtype, key: str, backward: bool, random: bool, reference: dict,
+                 report: Report) -> None:
+    h = host_copy(s)
+    device = str(s.input.device) if isinstance(s.input, torch.Tensor) else "cuda:0"
+    sim_out, sim_exc = attempt(lambda: call(op, s))
+    host_out, host_exc = attempt(lambda: call(op, h))
+    problem, status = outcome_problem(sim_exc, host_exc)
+    if problem is None and status == "pass":
+        problem = compare(sim_out, host_out, device, values=False)
+        if problem is None and not random:
+            report.add(op, key, "values", compare(sim_out, host_out, device, values=True))
+    report.add(op, key, "forward", problem, status)
+    check_reference(op, s, key, sim_out, sim_exc, reference, report)
+    if backward and sim_exc is None and host_exc is None:
+        check_backward(op, s, h, key, sim_out, host_out, random, report)
+    if isinstance(s.input, torch.Tensor) and not random:
+        if op.check_batched_grad:
+            check_transform(op, s, h, key, "vmap", _vmapped, report)
+        if backward and dtype.is_floating_point:
+            check_transform(op, s, h, key, "grad", _grad_of_sum, report)
+    if dtype.is_floating_point:
+        check_autocast(op, s, key, reference, report)
+
+
+def check_reference(op: Any, s: Any, key: str, sim_out: Any, sim_exc: BaseException | None, reference: dict,
+                    report: Report) -> None:
+    entry = reference.get(key)
+    if entry is None or entry.get("s") != signature(s):
+        report.add(op, key, "cuda", None, "no_reference")
+        return
+    if (entry["o"] == "ok") != (sim_exc is None):
+        report.add(op, key, "cuda", f"CUDA {entry['o']}, simulated "
+                   + ("ok" if sim_exc is None else f"{error_name(sim_exc)}: {str(sim_exc)[:300]}"))
+        return
+    if sim_exc is None and describe(sim_out) != entry["out"]:
+        report.add(op, key, "cuda", f"outputs {describe(sim_out)}, CUDA {entry['out']}")
+        return
+    report.add(op, key, "cuda", None, "pass" if sim_exc is None else "refused")
+
+
+def check_backward(op: Any, s: Any, h: Any, key: str, sim_out: Any, host_out: Any, random: bool,
+                   report: Report) -> None:
+    def grads(sample: Any, out: Any) -> Any:
+        outs = [t for t in tensors(sample.output_process_fn_grad(out)) if t.requires_grad]
+        inputs = grad_inputs(sample)
+        if not outs or not inputs:
+            return None
+        return torch.autograd.grad(outs, inputs, [torch.ones_like(t) for t in outs], allow_unused=True)
+
+    sim_g, sim_exc = attempt(lambda: grads(s, sim_out))
+    host_g, host_exc = attempt(lambda: grads(h, host_out))
+    problem, status = outcome_problem(sim_exc, host_exc)
+    if sim_g is None and host_g is None and problem is None:
+        return
+    if problem is None and status == "pass":
+        inputs = grad_inputs(s)
+        if [g is None for g in sim_g] != [g is None for g in host_g]:
+            problem = "gradients defined for other inputs than on the host"
+        for x, g, hg in zip(inputs, sim_g, host_g):
+            if problem is None and g is not None:
+                problem = compare(g, hg, str(x.device), values=not random)
+    report.add(op, key, "backward", problem, status)
+
+
+def _vmapped(op: Any, s: Any) -> Any:
+    x = s.input.detach()
+    return torch.func.vmap(lambda xi: call(op, _with_input(s, xi)))(torch.stack([x, x]))
+
+
+def _grad_of_sum(op: Any, s: Any) -> Any:
+    def total(x: torch.Tensor) -> torch.Tensor:
+        outs = [t for t in tensors(call(op, _with_input(s, x))) if t.dtype.is_floating_point or t.dtype.is_complex]
+        if not outs:
+            raise TypeError("no floating output")
+        return sum(t.real.sum() if t.dtype.is_complex else t.sum() for t in outs)
+
+    return torch.func.grad(total)(s.input.detach())
+
+
+def _with_input(s: Any, x: torch.Tensor) -> Any:
+    from torch.testing._internal.opinfo.core import SampleInput
+
+    args = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in s.args)
+    return SampleInput(x, args=args, kwargs=s.kwargs)
+
+
+def check_transform(op: Any, s: Any, h: Any, key: str, check: str, transform: Callable, report: Report) -> None:
+    sim_out, sim_exc = attempt(lambda: transform(op, s))
+    host_out, host_exc = attempt(lambda: transform(op, h))
+    problem, status = outcome_problem(sim_exc, host_exc)
+    if problem is None and status == "pass":
+        problem = compare(sim_out, host_out, str(s.input.device), values=True)
+    report.add(op, key, check, problem, status)
+
+
+def check_autocast(op: Any, s: Any, key: str, reference: dict, report: Report) -> None:
+    entry = reference.get(key)
+    if entry is None or entry.get("s") != signature(s) or "ac" not in entry:
+        report.add(op, key, "autocast", None, "no_reference")
+        return
+    with torch.no_grad(), torch.autocast("cuda", dtype=AUTOCAST_DTYPE):
+        out, exc = attempt(lambda: call(op, s))
+    got = [d for _, d, _ in describe(out)] if exc is None else error_name(exc)
+    cuda = entry["ac"]
+    if isinstance(got, str) and isinstance(cuda, str):
+        report.add(op, key, "autocast", None, "refused")
+    elif got != cuda:
+        report.add(op, key, "autocast", f"output dtypes {got}, CUDA {cuda}"
+                   + (f": {str(exc)[:200]}" if exc is not None else ""))
+    else:
+        report.add(op, key, "autocast", None)
+
+
+def write_report(report: Report, out: Path, meta: dict) -> None:
+    out.write_text(json.dumps({"meta": meta, "ops": sorted(report.ops),
+                               "counts": {c: dict(n) for c, n in report.counts.items()},
+                               "failures": report.failures, **report.listed,
+                               "slowest": sorted(report.seconds.items(), key=lambda kv: -kv[1])[:15]}, indent=1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--full", action="store_true", help="every dtype and sample (default: one dtype, first sample)")
+    parser.add_argument("--shard", default="0/1", help="k/n: the ops at positions k, k+n, ... of op_db")
+    parser.add_argument("--ops", default="", help="comma-separated OpInfo names (default: all)")
+    parser.add_argument("--record", action="store_true", help="write the CUDA record (on a real GPU)")
+    parser.add_argument("--merge", nargs="*", type=Path, help="join record shards into --out")
+    parser.add_argument("--reference", type=Path, default=None, help="the CUDA record (default: the newest)")
+    parser.add_argument("--command", default="", help="with --merge: the command that made the record")
+    ns = parser.parse_args(argv)
+    shard, shards = (int(x) for x in ns.shard.split("/"))
+    only = set(filter(None, ns.ops.split(","))) or None
+    if ns.merge:
+        merge(ns.merge, ns.out, machine_meta(ns.command))
+        return 0
+    if ns.record:
+        return record(shard, shards, ns.full, ns.out, only)
+    import simgpu.cuda_sim as sim
+
+    assert sim.active(), "the sweep runs under `simgpu run`"
+    reference, ref_meta = load_reference(ns.reference)
+    report = Report()
+    start = time.monotonic()
+    sweep(ns.full, shard, shards, only, reference, report)
+    write_report(report, ns.out, {"torch": torch.__version__, "full": ns.full, "shard": ns.shard,
+                                  "expected_ops": len(op_db()[shard::shards]) if not only else len(only),
+                                  "reference": ref_meta, "seconds": round(time.monotonic() - start, 1)})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

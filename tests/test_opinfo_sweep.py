@@ -1,0 +1,45 @@
+"""PyTorch's OpInfo database on simulated GPUs, held to the host and to the committed CUDA record
+(tests/simulated_device/, docs/simulated-device-suite.md). The sweep runs under `simgpu run` in a child
+process, in shards so xdist spreads them: by default one dtype and the first sample of every op; with
+--opinfo-all every dtype CUDA supports and every sample (about 4 hours on 2 busy cores: no CI tier runs it)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.processes import run_bounded
+from tests.test_simgpu_run import ROOT
+
+DEFAULT_SHARDS = 4
+FULL_SHARDS = 32
+
+
+def _sweep(tmp_path: Path, shard: int, shards: int, full: bool, timeout: float) -> dict:
+    out = tmp_path / "report.json"
+    cmd = [sys.executable, "-m", "simgpu", "run", "--gpus", "2", sys.executable, "-m",
+           "tests.simulated_device.opinfo_sweep", "--out", str(out), "--shard", f"{shard}/{shards}",
+           *(["--full"] if full else [])]
+    done = run_bounded(cmd, timeout, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr[-5000:]
+    return json.loads(out.read_text())
+
+
+def _check(report: dict) -> None:
+    print(json.dumps({"counts": report["counts"], "meta": report["meta"]}, indent=1))
+    assert len(report["ops"]) == report["meta"]["expected_ops"], "an op of the shard was not swept"
+    assert report["meta"]["reference"].get("torch"), "no CUDA record found in tests/simulated_device/cuda_reference"
+    assert not report["failures"], "\n".join(" ".join(f) for f in report["failures"][:50])
+
+
+@pytest.mark.parametrize("shard", range(DEFAULT_SHARDS))
+def test_opinfo_first_samples(shard: int, tmp_path: Path) -> None:
+    _check(_sweep(tmp_path, shard, DEFAULT_SHARDS, full=False, timeout=900))
+
+
+@pytest.mark.opinfo_all
+@pytest.mark.parametrize("shard", range(FULL_SHARDS))
+def test_opinfo_every_dtype_and_sample(shard: int, tmp_path: Path) -> None:
+    _check(_sweep(tmp_path, shard, FULL_SHARDS, full=True, timeout=7200))

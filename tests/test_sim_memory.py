@@ -1,0 +1,76 @@
+"""Simulated GPU memory behaves like a GPU's (issue 28, item 3): a capacity that is enforced with CUDA's
+OutOfMemoryError, the caching allocator's rounding in memory_allocated/reserved, and a default that the
+host can hold (simgpu/cuda_sim/memory.py)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from simgpu.cuda_sim import memory
+from tests.processes import child_env
+
+ROOT = Path(__file__).resolve().parent.parent
+MIB = 1 << 20
+
+
+def test_blocks_and_segments_follow_the_caching_allocator() -> None:
+    gpu = memory.DeviceMemory(0, 80 << 30)
+    assert gpu.allocate(0) == 0 and gpu.total_reserved() == 0   # CUDA allocates nothing for 0 bytes
+    assert gpu.allocate(1) == 512 and gpu.total_reserved() == 2 * MIB  # a small block of a 2 MiB segment
+    assert gpu.allocate(4000) == 4096 and gpu.total_reserved() == 2 * MIB  # the same segment
+    five = gpu.allocate(5 * MIB)                      # under 10 MiB: a 20 MiB large segment
+    assert five == 5 * MIB and gpu.total_reserved() == 22 * MIB
+    big = gpu.allocate(11 * MIB + 1)                  # fits in that segment's free 15 MiB
+    assert big == 11 * MIB + 512 and gpu.total_reserved() == 22 * MIB
+    other = gpu.allocate(11 * MIB)                    # 10 MiB or more: its own segment, rounded to 2 MiB
+    assert other == 11 * MIB and gpu.total_reserved() == 22 * MIB + 12 * MIB
+    assert gpu.total_allocated() == 512 + 4096 + five + big + other == gpu.peak_allocated
+    gpu.free(other, 11 * MIB)
+    assert gpu.total_reserved() == 34 * MIB           # cached, not given back
+    assert gpu.allocate(11 * MIB) == 11 * MIB and gpu.total_reserved() == 34 * MIB  # reused
+    gpu.free(11 * MIB, 11 * MIB)
+    gpu.empty_cache()
+    assert gpu.total_reserved() == 2 * MIB + 18 * MIB  # what the blocks in use need, in whole segments
+
+
+def test_an_allocation_past_capacity_raises_cudas_out_of_memory_after_freeing_the_cache() -> None:
+    gpu = memory.DeviceMemory(3, 64 * MIB)
+    block = gpu.allocate(40 * MIB)
+    gpu.free(block, 40 * MIB)                         # 40 MiB cached
+    assert gpu.allocate(50 * MIB) == 50 * MIB         # fits once the cache is given back (a retry)
+    assert gpu.retries == 1
+    with pytest.raises(torch.cuda.OutOfMemoryError) as info:
+        gpu.allocate(20 * MIB)
+    assert str(info.value).startswith("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 3 has a total capacity "
+                                      "of 64.00 MiB of which 14.00 MiB is free. Including non-PyTorch memory, this "
+                                      "process has 50.00 MiB memory in use. Of the allocated memory 50.00 MiB is "
+                                      "allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated.")
+    assert gpu.ooms == 1 and gpu.stats()["num_ooms"] == 1
+    gpu.fraction = 0.5
+    with pytest.raises(torch.cuda.OutOfMemoryError):  # set_per_process_memory_fraction
+        gpu.allocate(1)
+
+
+def test_the_default_capacity_is_the_hosts_share() -> None:
+    host = memory.host_limit_bytes()
+    assert memory.default_capacity(1) == min(141 << 30, host)
+    assert memory.default_capacity(8) == min(141 << 30, host // 8)
+
+
+def test_the_host_guard_stops_before_the_host_runs_out(monkeypatch) -> None:
+    guard = memory.HostGuard()
+    monkeypatch.setattr(memory, "host_available_bytes", lambda: guard.reserve - 1)
+    guard.grew(memory.HOST_CHECK_BYTES - 1)  # not looked at yet
+    with pytest.raises(memory.HostMemoryExhausted, match="stopping before the kernel's OOM killer does"):
+        guard.grew(1)
+
+
+def test_memory_gb_is_enforced_under_simgpu_run() -> None:
+    done = subprocess.run([sys.executable, "-m", "simgpu", "run", "--gpus", "2", "--memory-gb", "1",
+                           str(ROOT / "tests" / "sim_scripts" / "memory_limits.py")], cwd=ROOT, env=child_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "OK memory_limits" in done.stdout, done.stdout + done.stderr

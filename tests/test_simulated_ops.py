@@ -1,0 +1,32 @@
+"""The op layer on simulated GPUs (docs/simulated-device-suite.md): CUDA's autocast, torch.func transforms,
+FlexAttention, checkpointing and control flow, each a program run by `simgpu run` in a fresh process (the
+simulation patches torch process-wide); and the autocast table held to the installed torch."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from simgpu.cuda_sim import autocast
+from tests.test_simgpu_run import SCRIPTS, simgpu_run
+
+
+@pytest.mark.parametrize("script", ["autocast_cuda.py", "functorch_flex.py", "higher_order_ops.py"])
+def test_program_on_simulated_gpus(script: str) -> None:
+    done = simgpu_run(2, str(SCRIPTS / script))
+    assert done.returncode == 0, done.stdout + done.stderr[-5000:]
+    assert f"OK {script[:-3]}" in done.stdout
+
+
+def _autocast_cuda_ops() -> set[str]:
+    """The ops the installed torch registers an AutocastCUDA kernel for (compiled into the CPU wheel too)."""
+    return {name for name in torch._C._dispatch_get_all_op_names()
+            if torch._C._dispatch_has_kernel_for_dispatch_key(name, "AutocastCUDA")}
+
+
+def test_autocast_table_is_the_installed_torchs() -> None:
+    """A torch whose CUDA autocast lists change fails here, naming the ops to add to or drop from autocast.py."""
+    installed = _autocast_cuda_ops()
+    assert installed, "this torch registers no AutocastCUDA kernels: the check cannot see CUDA's lists"
+    table = set(autocast.table())
+    assert not installed - table, f"CUDA autocasts ops the table lacks: {sorted(installed - table)}"
+    assert not table - installed, f"the table names ops CUDA no longer autocasts: {sorted(table - installed)}"
