@@ -70,6 +70,16 @@ def test_ddp_features_under_torchrun() -> None:
     assert "OK ddp_features" in done.stdout
 
 
+def test_what_pytorchs_own_distributed_tests_need() -> None:
+    """Issue 27 (benchmarks/torch_suite/upstream.py): torch._dynamo.reset() with CUDA available, a
+    DTensor's device fixed at construction, FSDP2 CPU offload refusing a GPU state dict as on GPUs."""
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    done = simgpu_run(2, torchrun, "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "torch_suite_meets.py"),
+                      timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr[-5000:]
+    assert "OK torch_suite_meets" in done.stdout
+
+
 def test_works_live_while_cpp_reads_them_and_free_their_tensors() -> None:
     torchrun = str(Path(sys.executable).parent / "torchrun")
     done = simgpu_run(2, torchrun, "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "work_lifetime.py"))

@@ -98,12 +98,13 @@ def kill_leftovers(marker: str) -> int:
     return len(pids)
 
 
-def run_bounded(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float) -> tuple[int, bool, float]:
+def run_bounded(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float,
+                cwd: Path = REPO) -> tuple[int, bool, float]:
     """Run cmd, output to log_path; SIGINT/SIGTERM/SIGKILL after timeout. (exit status, timed out, seconds)."""
     start = time.monotonic()
     timed_out = False
     with open(log_path, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         try:
             proc.wait(timeout=timeout)

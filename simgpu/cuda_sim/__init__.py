@@ -41,9 +41,13 @@ def activate(gpus: int | None = None) -> None:
     text = os.environ.get(GPUS_ENV, "")
     if not text.isdigit() or int(text) < 1:
         raise SimulationError(f"simgpu: {GPUS_ENV}={text!r}: the number of simulated GPUs must be a positive integer")
-    from simgpu.cuda_sim import api, attention, autocast, comm, cuda_kernels, distributed, serialization, surface, tensors
+    from simgpu.cuda_sim import (api, attention, autocast, comm, cuda_build, cuda_kernels, distributed, dtensor_new,
+                                 generator_identity, serialization, surface, tensors)
 
     api.install()
+    cuda_build.install()
+    dtensor_new.install()
+    generator_identity.install()
     surface.install_refusals()
     surface.install_extension_refusals()
     comm.install()

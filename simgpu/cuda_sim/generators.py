@@ -22,6 +22,8 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
+from simgpu.cuda_sim import generator_identity
+
 CUDA_DEFAULT_SEED = 67280421310721  # what every CUDA generator starts from, as in torch
 _STATE_BYTES = 16
 
@@ -74,6 +76,7 @@ class CudaGenerator(torch._C.Generator):
         self._simgpu_index = index
         self._seed = CUDA_DEFAULT_SEED
         self._offset = 0
+        generator_identity.stamp(self)  # found again after a trip through the dispatcher
 
     @property
     def device(self) -> torch.device:  # type: ignore[override]
@@ -189,6 +192,7 @@ def stream_for(generator: Any, index: int) -> CudaGenerator | None:
     CUDA generator the program passed; None for a host generator (torch's own, used as given)."""
     if generator is None:
         return default(index)
+    generator = generator_identity.resolve(generator)
     if isinstance(generator, CudaGenerator):
         return generator
     return None
