@@ -13,7 +13,7 @@ from simgpu.protocol import RankOutcome
 
 SIMGPU = os.path.dirname(simgpu.__file__)
 TORCH = os.path.dirname(torch.__file__)
-USER = "/home/me/project/tests/test_model.py"
+USER = "/srv/project/tests/test_model.py"
 
 
 def frame(path: str, line: int, fn: str, source: str) -> str:
