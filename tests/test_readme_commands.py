@@ -46,7 +46,7 @@ HOW = {
 }
 EXPECT = {  # what a run as written must print
     SPAWN: r"(?m)^step 4 loss \S+\nfinal \S+",
-    TORCHRUN: r"(?m)^step 4 loss \S+$[\s\S]*^final \S+",
+    TORCHRUN: r"(?m)^step 3 loss \S+$[\s\S]*^final \S+",
     FIXTURE: r"examples/test_my_allreduce.py::test_allreduce_sums_every_rank\[ws4\] PASSED",
 }
 
