@@ -1,4 +1,4 @@
-"""Pieces the collective specs share: drawing group/root/layout, building ops, the default expectation."""
+"""Pieces the collective specs share: drawing the group, root and layout, building ops, the default expectation."""
 from __future__ import annotations
 
 from typing import Any, Callable

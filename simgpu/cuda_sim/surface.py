@@ -151,8 +151,10 @@ def surface() -> list[str]:
     return sorted(set(names))
 
 
-def simulated_names() -> set[str]:
-    """The qualified names whose implementation the simulation provides."""
+@functools.lru_cache(maxsize=None)
+def simulated_names() -> frozenset[str]:
+    """The qualified names whose implementation the simulation provides (fixed tables: worked out once;
+    install_refusals asks for every name of the modules refused as a whole at every process's start)."""
     from simgpu.cuda_sim import api, legacy_types
 
     tables = {"torch.cuda": api.TORCH_CUDA, "torch.accelerator": api.TORCH_ACCELERATOR,
@@ -166,7 +168,7 @@ def simulated_names() -> set[str]:
     found |= {f"torch.cuda.nvtx.{name}" for name in api.NVTX_NAMES}
     found |= {f"torch.cuda.streams.{name}" for name in ("Stream", "Event")}
     found |= {f"torch.cuda.profiler.{name}" for name in api.PROFILER_NAMES}
-    return found
+    return frozenset(found)
 
 
 def refusal_reason(name: str) -> str | None:
