@@ -38,20 +38,38 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def run(name: str, gpus: int, simulated: bool, timeout: float) -> dict:
+# mp.spawn's children re-import the parent's main module, which the memory probe would replace
+NO_MEMORY_PROBE = {"ddp_spawn"}
+
+
+def run(name: str, gpus: int, simulated: bool, timeout: float, memory: bool = False) -> dict:
     torchrun, _ = LAUNCH[name]
     script = str(PROGRAMS / f"{name}.py")
     extra = [str(_port())] if name == "ddp_spawn" else [tempfile.mkdtemp()] if name == "dcp_checkpoint" else []
+    probe = memory and name not in NO_MEMORY_PROBE
+    program = ["-m", "benchmarks.peak_memory_probe", script, *extra] if probe else [script, *extra]
     cmd = ([sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={gpus}", f"--master-port={_port()}",
-            script, *extra] if torchrun else [sys.executable, script, *extra])
+            *program] if torchrun else [sys.executable, *program])
     if simulated:
         cmd = [sys.executable, "-m", "simgpu", "run", "--gpus", str(gpus), *cmd]
+    memory_dir = tempfile.mkdtemp(prefix="peak-memory-")
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                          env={**os.environ, **NCCL_SAFE})
+                          env={**os.environ, **NCCL_SAFE, "PEAK_MEMORY_DIR": memory_dir})
     losses = {int(m[1]): float(m[2]) for m in re.finditer(r"^step (\d+) loss (\S+)$", done.stdout, re.M)}
     finals = [float(x) for x in re.findall(r"^final (\S+)$", done.stdout, re.M)]
-    return {"returncode": done.returncode, "losses": [losses[i] for i in sorted(losses)],
-            "final": finals[0] if finals else None, "stderr_tail": done.stderr[-3000:] if done.returncode else ""}
+    out = {"returncode": done.returncode, "losses": [losses[i] for i in sorted(losses)],
+           "final": finals[0] if finals else None, "stderr_tail": done.stderr[-3000:] if done.returncode else ""}
+    if probe:
+        out["memory"] = _gather_memory(Path(memory_dir))
+    return out
+
+
+def _gather_memory(folder: Path) -> dict[str, dict[str, int]]:
+    """The probe's files merged: GPU index -> peaks (each GPU is touched by one process in these programs)."""
+    merged: dict[str, dict[str, int]] = {}
+    for path in sorted(folder.glob("*.json")):
+        merged.update(json.loads(path.read_text())["gpus"])
+    return merged
 
 
 def compare(real_path: str, sim_path: str) -> None:
@@ -68,6 +86,20 @@ def compare(real_path: str, sim_path: str) -> None:
             pairs = list(zip(r["losses"] + [r["final"]], s["losses"] + [s["final"]]))
             diff = f"{max(abs(a - b) / max(abs(a), 1e-12) for a, b in pairs):.2e}"
         print(f"| {name} | {status(r)} | {status(s)} | {diff} |")
+    memory_rows = [name for name in real["programs"] if real["programs"][name].get("memory")
+                   and sim["programs"].get(name, {}).get("memory")]
+    if memory_rows:
+        print("\n| program | GPU | peak allocated real / simulated (MiB) | difference | "
+              "peak reserved real / simulated (MiB) | difference |\n|---|---|---|---|---|---|")
+    for name in memory_rows:
+        r, s = real["programs"][name]["memory"], sim["programs"][name]["memory"]
+        for gpu in sorted(r, key=int):
+            if gpu in s:
+                cells = []
+                for key in ("max_allocated", "max_reserved"):
+                    a, b = r[gpu][key], s[gpu][key]
+                    cells += [f"{a / 2**20:.2f} / {b / 2**20:.2f}", f"{(b - a) / max(a, 1):+.1%}"]
+                print(f"| {name} | {gpu} | " + " | ".join(cells) + " |")
 
 
 def main() -> None:
@@ -77,6 +109,8 @@ def main() -> None:
     parser.add_argument("--programs", nargs="*", default=None)
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--memory", action="store_true",
+                        help="also record each GPU's peak allocated/reserved memory (benchmarks/peak_memory_probe.py)")
     parser.add_argument("--compare", nargs=2, metavar=("REAL", "SIMULATED"))
     args = parser.parse_args()
     if args.compare:
@@ -87,7 +121,7 @@ def main() -> None:
     names = args.programs or [n for n, (_, least) in LAUNCH.items() if least <= args.gpus]
     results = {}
     for name in names:
-        results[name] = run(name, args.gpus, args.simulated, args.timeout)
+        results[name] = run(name, args.gpus, args.simulated, args.timeout, args.memory)
         print(f"{name}: exit {results[name]['returncode']} losses {results[name]['losses']} "
               f"final {results[name]['final']}", flush=True)
     meta = {"gpus": args.gpus, "simulated": args.simulated, "torch": torch.__version__,

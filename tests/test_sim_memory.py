@@ -26,15 +26,30 @@ def test_blocks_and_segments_follow_the_caching_allocator() -> None:
     assert five == 5 * MIB and gpu.total_reserved() == 22 * MIB
     big = gpu.allocate(11 * MIB + 1)                  # fits in that segment's free 15 MiB
     assert big == 11 * MIB + 512 and gpu.total_reserved() == 22 * MIB
-    other = gpu.allocate(11 * MIB)                    # 10 MiB or more: its own segment, rounded to 2 MiB
-    assert other == 11 * MIB and gpu.total_reserved() == 22 * MIB + 12 * MIB
-    assert gpu.total_allocated() == 512 + 4096 + five + big + other == gpu.peak_allocated
+    other = gpu.allocate(11 * MIB)                    # 10 MiB or more: its own segment, rounded to 2 MiB,
+    assert other == 12 * MIB and gpu.total_reserved() == 22 * MIB + 12 * MIB  # not split: 1 MiB would remain
+    assert gpu.allocate(10 * MIB + 1) == 10 * MIB + 512   # split: 2 MiB - 512 bytes remain (as on an H200)
+    assert gpu.total_reserved() == 34 * MIB + 12 * MIB
+    assert gpu.total_allocated() == 512 + 4096 + five + big + other + 10 * MIB + 512 == gpu.peak_allocated
+    gpu.free(10 * MIB + 512, 10 * MIB + 1)
     gpu.free(other, 11 * MIB)
-    assert gpu.total_reserved() == 34 * MIB           # cached, not given back
-    assert gpu.allocate(11 * MIB) == 11 * MIB and gpu.total_reserved() == 34 * MIB  # reused
+    assert gpu.total_reserved() == 46 * MIB           # cached, not given back
+    assert gpu.allocate(11 * MIB) == 11 * MIB and gpu.total_reserved() == 46 * MIB  # reused
     gpu.free(11 * MIB, 11 * MIB)
     gpu.empty_cache()
     assert gpu.total_reserved() == 2 * MIB + 18 * MIB  # what the blocks in use need, in whole segments
+
+
+def test_each_stream_caches_its_own_blocks() -> None:
+    gpu = memory.DeviceMemory(0, 80 << 30)
+    block = gpu.allocate(4096, stream=0)
+    gpu.free(block, 4096, stream=0)
+    assert gpu.allocate(4096, stream=7) == 4096      # the default stream's cached segment is not reused:
+    assert gpu.total_reserved() == 4 * MIB            # a second 2 MiB segment, for stream 7
+    assert gpu.allocate(4096, stream=0) == 4096 and gpu.total_reserved() == 4 * MIB
+    gpu.free(4096, 4096, stream=7)
+    gpu.empty_cache()
+    assert gpu.total_reserved() == 2 * MIB
 
 
 def test_an_allocation_past_capacity_raises_cudas_out_of_memory_after_freeing_the_cache() -> None:

@@ -214,14 +214,14 @@ class Stream(*_stream_bases()):  # type: ignore[misc]
         pass
 
     def __enter__(self) -> "Stream":
-        self._previous.append((devices.current(), _current_streams.get(self.index)))
+        self._previous.append((devices.current(), devices.current_streams.get(self.index)))
         devices.set_current(self.index)
-        _current_streams[self.index] = self
+        set_stream(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         previous_device, previous_stream = self._previous.pop()
-        _current_streams[self.index] = previous_stream
+        devices.current_streams[self.index] = previous_stream
         devices.set_current(previous_device)
 
     def __eq__(self, other: Any) -> bool:
@@ -235,7 +235,6 @@ class Stream(*_stream_bases()):  # type: ignore[misc]
 
 
 _default_streams: dict[int, Stream] = {}
-_current_streams: dict[int, Stream | None] = {}
 
 
 def default_stream(device: Any = None) -> Stream:
@@ -247,12 +246,13 @@ def default_stream(device: Any = None) -> Stream:
 
 def current_stream(device: Any = None) -> Stream:
     index = _index(device)
-    return _current_streams.get(index) or default_stream(index)
+    return devices.current_streams.get(index) or default_stream(index)
 
 
 def set_stream(stream: Stream) -> None:
     if stream is not None:
-        _current_streams[stream.index] = stream
+        default = _default_streams.get(stream.index)
+        devices.current_streams[stream.index] = None if stream is default else stream
 
 
 @contextlib.contextmanager

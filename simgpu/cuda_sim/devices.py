@@ -146,6 +146,17 @@ def set_current(index: int) -> None:
     mark_initialized()
 
 
+# GPU -> the stream made current there (api.Stream), None while it is the default stream. The caching
+# allocator keeps each stream's blocks apart, so allocations are charged to the current stream's pools.
+current_streams: dict[int, Any] = {}
+
+
+def stream_key(index: int) -> int:
+    """Which of GPU `index`'s streams allocations are charged to now: 0 for the default stream."""
+    stream = current_streams.get(index)
+    return 0 if stream is None else id(stream)
+
+
 def resolve(device: Any) -> int | None:
     """The logical index a device argument means, or None when it is not a CUDA device.
 
@@ -233,14 +244,18 @@ class _Allocation:
     """Held by a storage on a simulated GPU: charges its block there until the storage is freed
     (cheaper than a weakref.finalize, and every op's result makes one)."""
 
-    __slots__ = ("index", "block", "nbytes")
+    __slots__ = ("index", "block", "nbytes", "stream")
 
-    def __init__(self, index: int, block: int, nbytes: int):
-        self.index, self.block, self.nbytes = index, block, nbytes
+    def __init__(self, index: int, block: int, nbytes: int, stream: int):
+        self.index, self.block, self.nbytes, self.stream = index, block, nbytes, stream
 
     def __del__(self) -> None:
-        if _table is not None and self.index < len(_table.memory):
-            _table.memory[self.index].free(self.block, self.nbytes)
+        self.release()
+
+    def release(self) -> None:
+        if self.block and _table is not None and self.index < len(_table.memory):
+            _table.memory[self.index].free(self.block, self.nbytes, self.stream)
+        self.block = 0
 
 
 def account(storage: Any, index: int) -> None:
@@ -248,9 +263,19 @@ def account(storage: Any, index: int) -> None:
     it is freed (torch.cuda.OutOfMemoryError when the GPU cannot hold it; simgpu.cuda_sim.memory)."""
     t = table()
     nbytes = storage.nbytes()
-    block = t.memory[index].allocate(nbytes)
-    storage._simgpu_allocation = _Allocation(index, block, nbytes)
+    stream = stream_key(index)
+    block = t.memory[index].allocate(nbytes, stream)
+    storage._simgpu_allocation = _Allocation(index, block, nbytes, stream)
     t.host.grew(block)
+
+
+def recharge(storage: Any, index: int) -> None:
+    """A storage on simulated GPU `index` changed size in place (`UntypedStorage.resize_`, as FSDP2 frees
+    and refills its unsharded parameters): its old block goes back to the allocator, the new size is charged."""
+    old = getattr(storage, "_simgpu_allocation", None)
+    if old is not None:
+        old.release()
+    account(storage, index)
 
 
 def memory_of(index: int) -> memory_model.DeviceMemory:

@@ -7,7 +7,9 @@ segment of their own size rounded up to 2 MiB (the large pool). A freed block st
 for the next allocation of its pool; `empty_cache` gives back what is not in use. The model keeps one
 free-byte count per pool instead of the allocator's block lists (no fragmentation): reserved memory
 is what the segments hold, allocated memory the blocks in use, and their peaks are the allocator's
-within the rounding of one segment per pool.
+within the rounding of one segment per pool and stream. A large block whose fresh segment would keep no
+more than 1 MiB beside it is given the whole segment (the allocator splits large blocks only above that).
+Library workspaces (cuBLAS, cuBLASLt) are charged by workspaces.py.
 
 An allocation whose segment would take the device's reserved memory past its capacity first frees
 the cache (as the allocator retries after release_cached_blocks), then raises
@@ -63,13 +65,17 @@ def _pool(block: int) -> int:
 
 @dataclass
 class DeviceMemory:
-    """One simulated GPU's allocator state (per process, as each process has its own allocator)."""
+    """One simulated GPU's allocator state (per process, as each process has its own allocator).
+
+    Blocks and segments are counted per (pool, stream): the caching allocator never hands a block cached
+    for one stream to an allocation on another, so a side stream (FSDP's all-gathers, a prefetch stream)
+    grows segments of its own."""
 
     index: int
     capacity: int
     fraction: float = 1.0
-    allocated: list[int] = field(default_factory=lambda: [0, 0])   # blocks in use, per pool
-    reserved: list[int] = field(default_factory=lambda: [0, 0])    # segments, per pool
+    allocated: dict[tuple[int, int], int] = field(default_factory=dict)  # (pool, stream) -> blocks in use
+    reserved: dict[tuple[int, int], int] = field(default_factory=dict)   # (pool, stream) -> segments
     requested: int = 0
     peak_allocated: int = 0
     peak_reserved: int = 0
@@ -86,18 +92,22 @@ class DeviceMemory:
         return int(self.capacity * self.fraction)
 
     def total_allocated(self) -> int:
-        return sum(self.allocated)
+        return sum(self.allocated.values())
 
     def total_reserved(self) -> int:
-        return sum(self.reserved)
+        return sum(self.reserved.values())
 
-    def allocate(self, nbytes: int) -> int:
-        """Charge a request of nbytes; the block size to give back on free (OutOfMemoryError if it cannot fit)."""
+    def pool_total(self, counts: dict[tuple[int, int], int], pool: int) -> int:
+        return sum(n for (p, _), n in counts.items() if p == pool)
+
+    def allocate(self, nbytes: int, stream: int = 0) -> int:
+        """Charge a request of nbytes on a stream; the block size to give back on free (OutOfMemoryError if
+        it cannot fit)."""
         block = round_size(nbytes)
         if block == 0:
             return 0
-        pool = _pool(block)
-        if self.reserved[pool] - self.allocated[pool] < block:
+        key = (_pool(block), stream)
+        if self.reserved.get(key, 0) - self.allocated.get(key, 0) < block:
             grow = segment_size(block)
             if self.total_reserved() + grow > self.limit:
                 self.retries += 1
@@ -105,9 +115,11 @@ class DeviceMemory:
                 if self.total_reserved() + grow > self.limit:
                     self.ooms += 1
                     raise torch.cuda.OutOfMemoryError(self._oom_message(block))
-            self.reserved[pool] += grow
+            self.reserved[key] = self.reserved.get(key, 0) + grow
             self.segments += 1
-        self.allocated[pool] += block
+            if key[0] == 1 and grow - block <= SMALL_SIZE:
+                block = grow  # a large-pool block is split only when more than 1 MiB would remain
+        self.allocated[key] = self.allocated.get(key, 0) + block
         self.requested += nbytes
         self.allocs += 1
         self.peak_allocated = max(self.peak_allocated, self.total_allocated())
@@ -115,19 +127,19 @@ class DeviceMemory:
         self.peak_requested = max(self.peak_requested, self.requested)
         return block
 
-    def free(self, block: int, nbytes: int) -> None:
+    def free(self, block: int, nbytes: int, stream: int = 0) -> None:
         if block:
-            self.allocated[_pool(block)] -= block
+            self.allocated[(_pool(block), stream)] -= block
             self.requested -= nbytes
             self.frees += 1
 
     def empty_cache(self) -> None:
-        """Give back segments no block uses (modelled: what the pool's blocks need, in whole segments)."""
-        small = SMALL_BUFFER * -(-self.allocated[0] // SMALL_BUFFER)
-        large = ROUND_LARGE * -(-self.allocated[1] // ROUND_LARGE)
-        for pool, keep in ((0, small), (1, large)):
-            if self.reserved[pool] > keep:
-                self.reserved[pool] = keep
+        """Give back segments no block uses (modelled: what each pool's blocks need, in whole segments)."""
+        for key, reserved in self.reserved.items():
+            unit = SMALL_BUFFER if key[0] == 0 else ROUND_LARGE
+            keep = unit * -(-self.allocated.get(key, 0) // unit)
+            if reserved > keep:
+                self.reserved[key] = keep
                 self.segment_frees += 1
 
     def reset_peaks(self) -> None:
@@ -159,8 +171,8 @@ class DeviceMemory:
         for kind, (current, peak) in values.items():
             out.update({f"{kind}.all.current": current, f"{kind}.all.peak": peak})
             for pool, name in ((0, "small_pool"), (1, "large_pool")):
-                now = self.reserved[pool] if kind == "reserved_bytes" else self.allocated[pool]
-                out[f"{kind}.{name}.current"] = now
+                counts = self.reserved if kind == "reserved_bytes" else self.allocated
+                out[f"{kind}.{name}.current"] = self.pool_total(counts, pool)
         return out
 
 

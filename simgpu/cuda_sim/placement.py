@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from simgpu.cuda_sim import autocast, devices, generators
+from simgpu.cuda_sim import autocast, devices, generators, workspaces
 from simgpu.cuda_sim.cuda_kernels import STAND_INS
 
 aten = torch.ops.aten
@@ -216,6 +216,8 @@ class PlacementMode(TorchDispatchMode):
             kwargs = {**kwargs, "device": _CPU}
         if target is None:
             return op.run(*args, **kwargs)
+        if op.blas is not None:  # the cuBLAS workspace its CUDA kernel would allocate on first use
+            workspaces.charge(op.blas, target, args, kwargs)
         if op.random:
             stream = generators.stream_for(kwargs.get("generator"), target)
             if stream is not None:
@@ -254,7 +256,7 @@ def _backward_node_gpu() -> int | None:
 class _Op:
     """What placement needs to know of an aten overload, worked out once."""
 
-    __slots__ = ("run", "special", "pairs_lists", "has_device", "random")
+    __slots__ = ("run", "special", "pairs_lists", "has_device", "random", "blas")
 
     def __init__(self, func: Any):
         packet = func.overloadpacket
@@ -265,6 +267,7 @@ class _Op:
         self.pairs_lists = pairs_lists(packet.__name__)
         self.has_device = "device" in arguments
         self.random = packet in _RANDOM_INPLACE and "generator" in arguments
+        self.blas = packet if packet in workspaces.CUBLAS_OPS else None
 
 
 _OPS: dict[Any, _Op] = {}

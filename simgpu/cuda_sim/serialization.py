@@ -2,7 +2,8 @@
 
 A storage on simulated GPU i is saved tagged "cuda:i", as on CUDA, so a checkpoint written here
 loads on real GPUs and the other way round; loading a "cuda:i" storage (no map_location, a string,
-a dict, a torch.device) puts it on simulated GPU i without asking CUDA for memory.
+a dict, a torch.device) puts it on simulated GPU i without asking CUDA for memory. Storage methods
+that move or resize a storage keep its device label and its charge in the allocator model.
 """
 from __future__ import annotations
 
@@ -78,9 +79,23 @@ def _storage_clone(original: Any) -> Any:
     return clone
 
 
+def _storage_resize(original: Any) -> Any:
+    def resize_(self: Any, size: int) -> Any:
+        """Resize in place; on a simulated GPU the allocator is charged the new size instead of the old."""
+        out = original(self, size)
+        index = getattr(self, devices.LABEL, None)
+        if index is not None:
+            devices.recharge(self, index)
+        return out
+
+    return resize_
+
+
 def install() -> None:
-    """Register the location tags and give UntypedStorage CUDA's transfers (TypedStorage's go through it)."""
+    """Register the location tags and give UntypedStorage CUDA's transfers (TypedStorage's go through it)
+    and its in-place resize, whose memory the allocator model must see."""
     torch.UntypedStorage.clone = _storage_clone(torch.UntypedStorage.clone)
+    torch.UntypedStorage.resize_ = _storage_resize(torch.UntypedStorage.resize_)
     if not any(entry[0] == PRIORITY for entry in torch.serialization._package_registry):
         torch.serialization.register_package(PRIORITY, _tag, _restore)
     torch.UntypedStorage.cuda = _storage_cuda

@@ -14,4 +14,15 @@ except torch.cuda.OutOfMemoryError as exc:
 else:
     raise AssertionError("2 GiB fit on a 1 GiB simulated GPU")
 assert torch.cuda.memory_stats()["num_ooms"] == 1 and torch.cuda.mem_get_info()[0] >= 0
+
+# FSDP2 frees an unsharded parameter with untyped_storage().resize_(0) and refills it the same way:
+# the allocator gives the block back and charges the new size, as on CUDA.
+param = torch.empty(1 << 20, device="cuda")  # 4 MiB: a large-pool block
+before = torch.cuda.memory_allocated()
+param.untyped_storage().resize_(0)
+assert torch.cuda.memory_allocated() == before - (4 << 20), (before, torch.cuda.memory_allocated())
+param.untyped_storage().resize_(4 << 20)
+assert torch.cuda.memory_allocated() == before and param.device == torch.device("cuda", 0)
+del param
+assert torch.cuda.memory_allocated() == before - (4 << 20)
 print("OK memory_limits")
