@@ -191,6 +191,10 @@ def device_of(t: torch.Tensor) -> int | None:
     except (RuntimeError, NotImplementedError):  # sparse, nested, meta wrappers: host semantics
         return None
     index = getattr(storage, LABEL, None)
+    if index is None and type(t) not in _PLAIN:
+        fake = getattr(t, "fake_device", None)  # FakeTensor: metadata on a GPU (tensors._make_subclass)
+        if fake is not None:
+            return fake.index if fake.type == "cuda" else None
     if index is None and type(t) not in _PLAIN and hasattr(t, "__tensor_flatten__"):
         try:
             names, _ = t.__tensor_flatten__()

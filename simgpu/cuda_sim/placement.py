@@ -189,7 +189,7 @@ class PlacementMode(TorchDispatchMode):
             op = _OPS[func] = _Op(func)
         kwargs = kwargs or {}
         if types and any(getattr(t, "__torch_dispatch__", _NO_DISPATCH) is not _NO_DISPATCH for t in types):
-            if _infra_mode_active():  # tracing (FakeTensor, proxies, functionalization): not ours to place
+            if infra_mode_active():  # tracing (FakeTensor, proxies, functionalization): not ours to place
                 return op.run(*args, **kwargs)
             return NotImplemented  # a tensor subclass (DTensor, ...) dispatches first; its local ops come back here
         if getattr(_state, "suspended", 0):
@@ -200,8 +200,8 @@ class PlacementMode(TorchDispatchMode):
             return _foreach(op.run, args, kwargs)
         device = kwargs.get("device") if op.has_device else None
         target = None if device is None else _resolve_device(device)
-        if target == _ELSEWHERE:
-            return op.run(*args, **kwargs)
+        if target == _ELSEWHERE or (target is not None and target != _HOST and infra_mode_active()):
+            return op.run(*args, **kwargs)  # meta; or a FakeTensorMode below: a fake tensor on the GPU, as on CUDA
         if target == _HOST and getattr(_state, "host", 0):
             return op.run(*args, **kwargs)
         if target is None or target == _HOST:
@@ -303,7 +303,8 @@ _INFRA_MODES = tuple(getattr(torch._C._TorchDispatchModeKey, name) for name in (
                      if hasattr(torch._C._TorchDispatchModeKey, name))
 
 
-def _infra_mode_active() -> bool:
+def infra_mode_active() -> bool:
+    """Whether torch is tracing here (FakeTensorMode, proxies, functionalization): shapes, not memory."""
     return any(torch._C._get_dispatch_mode(key) is not None for key in _INFRA_MODES)
 
 

@@ -182,6 +182,26 @@ def _to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     return _transfer(converted, index)
 
 
+class _FakeTransfer(torch.autograd.Function):
+    """A fake tensor's move to another device (FakeTensorMode), its gradient sent back to the source device
+    and dtype: C++ sees fake tensors on the host (_make_subclass), so its own backward would not know the GPU."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor, device: torch.device, options: tuple) -> torch.Tensor:  # type: ignore[override]
+        ctx.source, ctx.dtype = t.device, t.dtype
+        return _original["to"](t, device=device, **dict(options))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+        return _original["to"](grad, device=ctx.source, dtype=ctx.dtype), None, None
+
+
+def _subclass_move(self: torch.Tensor, device: Any, kwargs: dict) -> torch.Tensor:
+    if getattr(self, "fake_device", None) is not None and self.requires_grad and torch.is_grad_enabled():
+        return _FakeTransfer.apply(self, torch.device(device), tuple(kwargs.items()))
+    return _original["to"](self, device=device, **kwargs)
+
+
 def _subclass_to(self: torch.Tensor, args: tuple, kwargs: dict) -> torch.Tensor:
     """Tensor.to on a tensor subclass (DTensor): its own `to` runs on its inner tensors, with the
     device spelled so a CPU build of torch takes it, and a host target meaning the host."""
@@ -193,11 +213,11 @@ def _subclass_to(self: torch.Tensor, args: tuple, kwargs: dict) -> torch.Tensor:
         return _original["to"](self, **kwargs)
     if target == _HOST:
         with placement.host_requested():
-            return _original["to"](self, device="cpu", **{**kwargs, "copy": True}) if devices.device_of(self) is not None \
+            return _subclass_move(self, "cpu", {**kwargs, "copy": True}) if devices.device_of(self) is not None \
                 else _original["to"](self, device="cpu", **kwargs)
     if target == devices.device_of(self) and not kwargs.get("copy"):
         return _original["to"](self, **kwargs) if kwargs else self
-    return _original["to"](self, device=_cuda_device(target), **kwargs)
+    return _subclass_move(self, _cuda_device(target), kwargs)
 
 
 def _type(self: torch.Tensor, dtype: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
@@ -279,6 +299,20 @@ def _make_wrapper_subclass(cls: type, *args: Any, **kwargs: Any) -> torch.Tensor
     return wrapper
 
 
+def _make_subclass(*args: Any, **kwargs: Any) -> torch.Tensor:  # (cls, data, ...): dynamo's polyfill
+    # of torch.Tensor._make_subclass accepts a replacement whose signature is (*args, **kwargs) only
+    """A subclass made over another tensor with a device for its dispatch keys (FakeTensor: a fake tensor
+    on "cuda:i" is metadata over a meta tensor) is given the host in C++ and the simulated GPU as its
+    in Python (FakeTensor.fake_device; devices.device_of reads it): a CUDA device in C++ would make torch's
+    device guards ask the CUDA runtime (a CPU build of torch aborts the process, a CUDA build without a
+    GPU fails). The storage is not labelled: it is the meta tensor's, which stays on "meta"."""
+    device = kwargs.get("device_for_backend_keys")
+    index = devices.resolve(device) if device is not None else None
+    if index is not None:  # and C++ asks the tensor itself, not Python, for its device
+        kwargs.update(device_for_backend_keys=torch.device("cpu"), dispatch_device=False)
+    return _original["_make_subclass"](*args, **kwargs)
+
+
 _TENSOR_METHODS: dict[str, Callable] = {
     "cuda": _cuda, "cpu": _cpu, "to": _to, "type": _type, "type_as": _type_as, "numpy": _numpy, "__array__": _array,
     "pin_memory": _pin_memory, "is_pinned": _is_pinned, "record_stream": _record_stream,
@@ -335,8 +369,10 @@ class SimCudaMode(TorchFunctionMode):
             if len(tensors) > 1 and not placement.pairs_lists(getattr(func, "__name__", "")):
                 common_device(tensors)  # one tensor cannot mix devices
             return func(*args, **kwargs)
-        if target != _HOST and not all(type(t) in _PLAIN for t in placement.tensors_of(args, kwargs)):
-            # a tensor subclass (DTensor) hands the call to its inner tensors: placement.py places them
+        if target != _HOST and (placement.infra_mode_active()
+                                or not all(type(t) in _PLAIN for t in placement.tensors_of(args, kwargs))):
+            # a tensor subclass (DTensor) hands the call to its inner tensors: placement.py places them; a
+            # FakeTensorMode makes a fake tensor with the GPU as its device (metadata, no memory), as on CUDA
             return func(*args, **{**kwargs, "device": _cuda_device(target)})
         kwargs = {**kwargs, "device": "cpu"}
         if target == _HOST:
@@ -428,6 +464,8 @@ def install() -> None:
         setattr(torch.Tensor, name, method)
     _original["_make_wrapper_subclass"] = torch.Tensor._make_wrapper_subclass
     torch.Tensor._make_wrapper_subclass = staticmethod(_make_wrapper_subclass)
+    _original["_make_subclass"] = torch.Tensor._make_subclass
+    torch.Tensor._make_subclass = staticmethod(_make_subclass)
     torch.Tensor.device = property(device_of, doc="The tensor's device (simulated GPUs: cuda:i).")
     torch.Tensor.is_cuda = property(lambda t: devices.device_of(t) is not None,
                                     doc="True on a simulated GPU.")

@@ -72,6 +72,18 @@ with FakeTensorMode():
     torch.cuda.set_rng_state(real_state)
 assert type(inside) is torch.Tensor and inside.numel() == 16
 
+# fake tensors on a GPU (meta-device init, memory planning, DTensor under FakeTensorMode): on the GPU,
+# as on CUDA, through autograd too, with no memory and without reaching a CUDA runtime (issue 27, R4)
+held = torch.cuda.memory_allocated(1)
+with FakeTensorMode():
+    fx = torch.randn(4, 8, device="cuda", requires_grad=True)
+    layer = torch.nn.Linear(8, 3, device="cuda:1")
+    layer(fx.to("cuda:1")).sum().backward()
+    assert fx.device == torch.device("cuda:0") and fx.is_cuda and fx.get_device() == 0
+    assert fx.grad.device == torch.device("cuda:0") and layer.weight.grad.device == torch.device("cuda:1")
+    assert torch.ones(2).device == torch.device("cpu")
+assert torch.cuda.memory_allocated(1) == held, (held, torch.cuda.memory_allocated(1))
+
 # a generator of a GPU pickles as torch.Generator, as CUDA's does, and comes back with its state
 g = torch.Generator(device="cuda:1").manual_seed(5)
 torch.randn(3, device="cuda:1", generator=g)
