@@ -369,7 +369,7 @@ class SimCudaMode(TorchFunctionMode):
             if len(tensors) > 1 and not placement.pairs_lists(getattr(func, "__name__", "")):
                 common_device(tensors)  # one tensor cannot mix devices
             return func(*args, **kwargs)
-        if target != _HOST and (placement.infra_mode_active()
+        if target != _HOST and (placement.faking_only()
                                 or not all(type(t) in _PLAIN for t in placement.tensors_of(args, kwargs))):
             # a tensor subclass (DTensor) hands the call to its inner tensors: placement.py places them; a
             # FakeTensorMode makes a fake tensor with the GPU as its device (metadata, no memory), as on CUDA
