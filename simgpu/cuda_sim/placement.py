@@ -167,6 +167,12 @@ _SPECIAL: dict[Any, Callable[[Callable, tuple, dict], Any]] = {
 }
 
 
+def special(packet: Any, handler: Callable[[Callable, tuple, dict], Any]) -> None:
+    """Give an op a handler of its own, called with (the op's kernel, args, kwargs) instead of placement's rule."""
+    _SPECIAL[packet] = handler
+    _OPS.clear()
+
+
 class PlacementMode(TorchDispatchMode):
     """See the module docstring."""
 
@@ -225,8 +231,15 @@ class PlacementMode(TorchDispatchMode):
                 return label(stream.run(lambda g: op.run(*args, **{**kwargs, "generator": g})), target)
         if autocast.enabled_here():  # CUDA autocast: the ops inside this op's kernel are cast, as on CUDA
             with autocast.inner_ops_cast():
-                return label(op.run(*args, **kwargs), target)
-        return label(op.run(*args, **kwargs), target)
+                return _label_outputs(op, op.run(*args, **kwargs), target)
+        return _label_outputs(op, op.run(*args, **kwargs), target)
+
+
+def _label_outputs(op: "_Op", out: Any, target: int) -> Any:
+    """The op's results on GPU `target`, except those CUDA's kernel leaves in host memory."""
+    if op.host_outputs and isinstance(out, tuple):
+        return tuple(item if i in op.host_outputs else label(item, target) for i, item in enumerate(out))
+    return label(out, target)
 
 
 _ZERO_TENSOR = aten._efficientzerotensor.default  # no storage to carry a label: stays as torch made it
@@ -268,7 +281,7 @@ def _hooked(node: Any, name: str) -> bool:
 class _Op:
     """What placement needs to know of an aten overload, worked out once."""
 
-    __slots__ = ("run", "special", "pairs_lists", "has_device", "random")
+    __slots__ = ("run", "special", "pairs_lists", "has_device", "random", "host_outputs")
 
     def __init__(self, func: Any):
         packet = func.overloadpacket
@@ -279,6 +292,7 @@ class _Op:
         self.pairs_lists = pairs_lists(packet.__name__)
         self.has_device = "device" in arguments
         self.random = packet in _RANDOM_INPLACE and "generator" in arguments
+        self.host_outputs = getattr(self.run, "host_outputs", ())  # a stand-in's outputs CUDA keeps on the host
 
 
 _OPS: dict[Any, _Op] = {}

@@ -30,7 +30,8 @@ def flex(q, k, v):
 
 def cond(q, k, v):
     if q.is_cuda:
-        return torch.cond(q.sum() > 0, lambda a, b: (a @ b.transpose(-1, -2)).tanh() @ b, lambda a, b: a.cos() * b, (q, k)) * v
+        return torch.cond(q.sum() > 0, lambda a, b: (a @ b.transpose(-1, -2)).tanh() @ b, lambda a, b: a.cos() * b,
+                          (q, k)) * v
     return ((q @ k.transpose(-1, -2)).tanh() @ k if q.sum() > 0 else q.cos() * k) * v
 
 
