@@ -1,7 +1,10 @@
 """The op layer on simulated GPUs (docs/simulated-device-suite.md): CUDA's autocast, torch.func transforms,
-FlexAttention, checkpointing and control flow, each a program run by `simgpu run` in a fresh process (the
+FlexAttention, checkpointing and control flow, scaled_dot_product_attention's CUDA dispatch, each a program run by `simgpu run` in a fresh process (the
 simulation patches torch process-wide); and the autocast table held to the installed torch."""
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,11 +13,20 @@ from simgpu.cuda_sim import autocast
 from tests.test_simgpu_run import SCRIPTS, simgpu_run
 
 
-@pytest.mark.parametrize("script", ["autocast_cuda.py", "functorch_flex.py", "higher_order_ops.py"])
+@pytest.mark.parametrize("script", ["autocast_cuda.py", "functorch_flex.py", "higher_order_ops.py", "checkpointed_hops.py"])
 def test_program_on_simulated_gpus(script: str) -> None:
     done = simgpu_run(2, str(SCRIPTS / script))
     assert done.returncode == 0, done.stdout + done.stderr[-5000:]
     assert f"OK {script[:-3]}" in done.stdout
+
+
+def test_attention_dispatched_as_on_cuda() -> None:
+    """scaled_dot_product_attention takes CUDA's kernels and ops: context parallelism and DTensor rules apply."""
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    done = simgpu_run(2, torchrun, "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "sdpa_dispatch.py"),
+                      timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr[-5000:]
+    assert done.stdout.count("OK sdpa_dispatch") == 2
 
 
 def _autocast_cuda_ops() -> set[str]:

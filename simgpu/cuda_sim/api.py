@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import torch
 
-from simgpu.cuda_sim import devices, generators, legacy_types
+from simgpu.cuda_sim import attention, devices, generators, legacy_types
 from simgpu.cuda_sim.devices import SimulationError
 
 CAPABILITY = (9, 0)
@@ -544,9 +544,10 @@ NVTX_NAMES = ("range_push", "range_pop", "range_start", "range_end", "mark")
 PROFILER_NAMES = ("start", "stop")  # cudaProfilerStart/Stop: no profiler to start, nothing is recorded
 BACKENDS_CUDA = {
     "is_built": lambda: True,
-    # scaled_dot_product_attention runs on the host's kernels under any choice (attention.py)
-    "is_flash_attention_available": lambda: True, "can_use_flash_attention": lambda params, debug=False: True,
-    "can_use_efficient_attention": lambda params, debug=False: True,
+    "is_flash_attention_available": lambda: True,
+    # by the rules scaled_dot_product_attention dispatches with on simulated GPUs
+    "can_use_flash_attention": attention.can_use_flash_attention,
+    "can_use_efficient_attention": attention.can_use_efficient_attention,
     "can_use_cudnn_attention": lambda params, debug=False: False, "is_ck_sdpa_available": lambda: False,
 }
 

@@ -5,12 +5,16 @@ have a CUDA kernel and no CPU one (`Could not run 'aten::batch_norm_stats' with 
 'CPU' backend`). These follow the CUDA kernels' formulas (aten/src/ATen/native/cuda/Normalization.cu):
 statistics in float32 for half-precision inputs, the biased variance for normalising and the unbiased
 one for running_var. placement.py runs them in place of the missing kernels and places their results.
+FlashAttention's and the memory-efficient kernel's ops are attention_kernels.py's; cuDNN's attention is
+refused in one line (cuDNN is not simulated).
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
 import torch
+
+from simgpu.cuda_sim import attention_kernels
 
 Tensor = torch.Tensor
 aten = torch.ops.aten
@@ -98,18 +102,17 @@ def _format(t: Tensor) -> torch.memory_format:
 
 def _refused(name: str) -> Callable[..., Any]:
     def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(f"simgpu: aten::{name} is CUDA's fused attention kernel, which the host lacks; "
-                                  f"torch.nn.functional.scaled_dot_product_attention runs on the host's kernels")
+        raise NotImplementedError(f"simgpu: aten::{name} is cuDNN's attention kernel, and cuDNN is not simulated "
+                                  f"(torch.backends.cudnn.is_available() is False); scaled_dot_product_attention "
+                                  f"takes FlashAttention or the memory-efficient kernel, as on a GPU without cuDNN")
 
     return refuse
 
 
 STAND_INS: dict[Any, Callable[..., Any]] = {
-    # called directly (programs reach them through scaled_dot_product_attention, which attention.py serves)
+    **attention_kernels.STAND_INS,  # FlashAttention, memory-efficient attention
     **{getattr(aten, name): _refused(name) for name in (
-        "_flash_attention_forward", "_flash_attention_backward", "_efficient_attention_forward",
-        "_efficient_attention_backward", "_scaled_dot_product_efficient_attention",
-        "_scaled_dot_product_cudnn_attention")
+        "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward")
         if hasattr(aten, name) and not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "CPU")},
     aten.batch_norm_stats: batch_norm_stats,
     aten.batch_norm_gather_stats_with_counts: batch_norm_gather_stats_with_counts,

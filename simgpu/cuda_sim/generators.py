@@ -137,7 +137,14 @@ class CudaGenerator(torch._C.Generator):
     # ---- how simulated ops draw from it ----
     def _draw(self) -> torch.Generator:
         """The CPU generator for the next draw (the offset moves past it once the draw is done)."""
-        return torch._C.Generator().manual_seed((self._seed * 0x9E3779B97F4A7C15 + self._offset) % 2**63)
+        return host_generator(self._seed, self._offset)
+
+    def philox_state(self, increment: int) -> tuple[int, int]:
+        """(seed, offset) for a kernel that takes its Philox state and moves the offset by `increment`
+        itself (CUDA's fused attention kernels, whose backward draws the same numbers again)."""
+        state = (self._seed, self._offset)
+        self._offset += increment
+        return state
 
     def advance(self, count: int) -> None:
         self._offset += philox_offset_increment(count)
@@ -148,6 +155,11 @@ class CudaGenerator(torch._C.Generator):
         self.advance(sum(t.numel() for t in (out if isinstance(out, (list, tuple)) else [out])
                          if isinstance(t, torch.Tensor)))
         return out
+
+
+def host_generator(seed: int, offset: int) -> torch.Generator:
+    """The CPU generator that stands for CUDA's Philox stream at (seed, offset)."""
+    return torch._C.Generator().manual_seed((seed * 0x9E3779B97F4A7C15 + offset) % 2**63)
 
 
 class _GeneratorMeta(type(torch._C.Generator)):  # type: ignore[misc]

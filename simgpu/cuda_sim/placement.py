@@ -18,10 +18,13 @@ For each op:
 """
 from __future__ import annotations
 
+import functools
 import threading
+import types
 from typing import Any, Callable, Iterator
 
 import torch
+from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from simgpu.cuda_sim import autocast, devices, generators, workspaces
@@ -164,6 +167,12 @@ _SPECIAL: dict[Any, Callable[[Callable, tuple, dict], Any]] = {
 }
 
 
+def special(packet: Any, handler: Callable[[Callable, tuple, dict], Any]) -> None:
+    """Give an op a handler of its own, called with (the op's kernel, args, kwargs) instead of placement's rule."""
+    _SPECIAL[packet] = handler
+    _OPS.clear()
+
+
 class PlacementMode(TorchDispatchMode):
     """See the module docstring."""
 
@@ -224,8 +233,15 @@ class PlacementMode(TorchDispatchMode):
                 return label(stream.run(lambda g: op.run(*args, **{**kwargs, "generator": g})), target)
         if autocast.enabled_here():  # CUDA autocast: the ops inside this op's kernel are cast, as on CUDA
             with autocast.inner_ops_cast():
-                return label(op.run(*args, **kwargs), target)
-        return label(op.run(*args, **kwargs), target)
+                return _label_outputs(op, op.run(*args, **kwargs), target)
+        return _label_outputs(op, op.run(*args, **kwargs), target)
+
+
+def _label_outputs(op: "_Op", out: Any, target: int) -> Any:
+    """The op's results on GPU `target`, except those CUDA's kernel leaves in host memory."""
+    if op.host_outputs and isinstance(out, tuple):
+        return tuple(item if i in op.host_outputs else label(item, target) for i, item in enumerate(out))
+    return label(out, target)
 
 
 _ZERO_TENSOR = aten._efficientzerotensor.default  # no storage to carry a label: stays as torch made it
@@ -234,12 +250,16 @@ _ZERO_TENSOR = aten._efficientzerotensor.default  # no storage to carry a label:
 def _backward_node_gpu() -> int | None:
     """The GPU of the autograd node running now, if any: a backward formula that makes a tensor from its
     input's options and no tensor argument (zero gradients: `_efficientzerotensor`, `zeros`) gets host
-    options here, where on CUDA it gets the input's GPU. The node's saved tensors say which GPU that is."""
+    options here, where on CUDA it gets the input's GPU. The node's saved tensors say which GPU that is.
+
+    Only saved tensors without saved-tensor hooks are read: unpacking a hooked one runs its unpack hook,
+    which for activation checkpointing recomputes the forward (a second time, inside the recompute: SAC's
+    "Trying to backward an extra time", or a FakeTensor error inside a higher-order op's trace)."""
     node = torch._C._current_autograd_node()
     if node is None:
         return None
     for name in dir(node):
-        if not name.startswith("_saved_"):
+        if not name.startswith("_saved_") or _hooked(node, name):
             continue
         try:
             saved = getattr(node, name)
@@ -253,10 +273,17 @@ def _backward_node_gpu() -> int | None:
     return None
 
 
+def _hooked(node: Any, name: str) -> bool:
+    """Whether reading the node's saved value `name` would run a saved-tensor unpack hook (torch's
+    SavedTensor says so from 2.5 or so; on older torch, as on values that are not tensors, False)."""
+    raw = getattr(node, "_raw" + name, None)
+    return any(getattr(r, "unpack_hook", None) is not None for r in (raw if isinstance(raw, (list, tuple)) else (raw,)))
+
+
 class _Op:
     """What placement needs to know of an aten overload, worked out once."""
 
-    __slots__ = ("run", "special", "pairs_lists", "has_device", "random", "blas")
+    __slots__ = ("run", "special", "pairs_lists", "has_device", "random", "blas", "host_outputs")
 
     def __init__(self, func: Any):
         packet = func.overloadpacket
@@ -268,6 +295,7 @@ class _Op:
         self.has_device = "device" in arguments
         self.random = packet in _RANDOM_INPLACE and "generator" in arguments
         self.blas = packet if packet in workspaces.CUBLAS_OPS else None
+        self.host_outputs = getattr(self.run, "host_outputs", ())  # a stand-in's outputs CUDA keeps on the host
 
 
 _OPS: dict[Any, _Op] = {}
@@ -276,27 +304,47 @@ _OPS: dict[Any, _Op] = {}
 _HOP_KEYS = [getattr(torch._C.DispatchKey, name) for name in ("CUDA", "CompositeExplicitAutograd", "CPU", "BackendSelect")]
 
 
-def _cond(pred: Any, true_fn: Callable, false_fn: Callable, operands: Any) -> Any:
-    """torch.cond's eager meaning (its dense kernel refuses to run under any dispatch mode)."""
-    return true_fn(*operands) if pred else false_fn(*operands)
-
-
-_EAGER_HOPS: dict[str, Callable] = {"cond": _cond}
-
-
 def _higher_order(func: Any, args: tuple, kwargs: dict) -> Any:
-    """A higher-order operator (DTensor's random ops, checkpoint tags, control flow): run its GPU (or
-    generic) implementation with placement still on, so the aten ops inside it are placed."""
-    eager = _EAGER_HOPS.get(func.name())
-    if eager is not None:
-        with PlacementMode():
-            return eager(*args, **kwargs)
+    """A higher-order operator (flex_attention, control flow, DTensor's random ops, checkpoint tags): run
+    its GPU (or generic) implementation so the aten ops inside it are placed.
+
+    Most kernels run with placement on. Those that refuse any dispatch mode (torch.cond's, scan's: "Mode
+    should never be enabled for CPU/CUDA key", torch's contract for the dense key) run bare, as torch runs
+    them, with placement re-entered in the functions they call (branches, bodies); their results take
+    the operands' GPU."""
     for key in _HOP_KEYS:
-        if key in func.py_kernels:
-            with PlacementMode():
-                return func.dispatch(key, *args, **kwargs)
+        kernel = func.py_kernels.get(key)
+        if kernel is None:
+            continue
+        if _refuses_modes(kernel):
+            index = gpu_of(t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor))
+            args, kwargs = pytree.tree_map_only(_BODY, _placed, (args, kwargs))
+            out = func.dispatch(key, *args, **kwargs)
+            return out if index is None else pytree.tree_map_only(torch.Tensor, lambda t: label(t, index), out)
+        with PlacementMode():
+            return func.dispatch(key, *args, **kwargs)
     raise NotImplementedError(f"simgpu: the higher-order operator {func.name()} has no implementation the "
                               f"simulated GPUs can run")
+
+
+_BODY = (types.FunctionType, types.MethodType, functools.partial, torch.nn.Module)
+
+
+def _placed(fn: Callable) -> Callable:
+    """`fn` run with placement on (a higher-order operator's branch or body)."""
+    def placed(*args: Any, **kwargs: Any) -> Any:
+        with PlacementMode():
+            return fn(*args, **kwargs)
+
+    return placed
+
+
+@functools.lru_cache(maxsize=None)
+def _refuses_modes(kernel: Callable) -> bool:
+    """Whether a higher-order operator's kernel asserts that no dispatch mode is active (torch's words)."""
+    code = getattr(kernel, "__code__", None)
+    return code is not None and any(isinstance(c, str) and c.startswith("Mode should never be enabled")
+                                    for c in code.co_consts)
 
 
 _INFRA_MODES = tuple(getattr(torch._C._TorchDispatchModeKey, name) for name in ("FAKE", "PROXY", "FUNCTIONAL")

@@ -16,10 +16,6 @@ _UNINITIALISED = "returns uninitialised memory: the values are whatever the allo
 _JITERATOR = ("torch.cuda.jiterator compiles CUDA C++ at run time (NVRTC); the host cannot run CUDA C++, so "
               "the simulation refuses it (today with torch's AttributeError for the missing "
               "torch._C._cuda_jiterator_compile_and_launch_kernel; api.py could word it)")
-_FUSED_ATTENTION = ("CUDA's fused attention kernel (flash / memory-efficient), which torch has for CUDA only: "
-                    "scaled_dot_product_attention runs on the host's kernels instead (attention.py); called "
-                    "directly, simgpu refuses it in one line (cuda_kernels.py)")
-
 _SPARSE_REFUSED = ("sparse tensors are not simulated: making one on a simulated GPU (to_sparse of a GPU tensor, a "
                    "sparse factory with device='cuda') is refused in one line (tensors.py)")
 
@@ -46,8 +42,6 @@ EXPLAINED: dict[tuple[str, str, str], str] = {
        for name in ("jiterator_unary", "jiterator_binary", "jiterator_binary_return_by_ref",
                     "jiterator_2inputs_2outputs", "jiterator_4inputs_with_extra_args")
        for check in ("cuda", "autocast")},
-    **{(f"torch.ops.aten.{name}", "*", check): _FUSED_ATTENTION
-       for name in ("_flash_attention_forward", "_efficient_attention_forward") for check in ("cuda", "autocast")},
 }
 
 _WRAPPED_DEVICE = ("tensors.py: inside vmap/grad, Tensor.device of a functorch-wrapped tensor says cpu (its "
