@@ -209,8 +209,8 @@ class PlacementMode(TorchDispatchMode):
             return _foreach(op.run, args, kwargs)
         device = kwargs.get("device") if op.has_device else None
         target = None if device is None else _resolve_device(device)
-        if target == _ELSEWHERE or (target is not None and target != _HOST and faking_only()):
-            return op.run(*args, **kwargs)  # meta; or a FakeTensorMode below: a fake tensor on the GPU, as on CUDA
+        if target == _ELSEWHERE:
+            return op.run(*args, **kwargs)
         if target == _HOST and getattr(_state, "host", 0):
             return op.run(*args, **kwargs)
         if target is None or target == _HOST:
@@ -354,17 +354,6 @@ _INFRA_MODES = tuple(getattr(torch._C._TorchDispatchModeKey, name) for name in (
 def infra_mode_active() -> bool:
     """Whether torch is tracing here (FakeTensorMode, proxies, functionalization): shapes, not memory."""
     return any(torch._C._get_dispatch_mode(key) is not None for key in _INFRA_MODES)
-
-
-_FAKE = getattr(torch._C._TorchDispatchModeKey, "FAKE", None)
-_TRACING = tuple(key for key in _INFRA_MODES if key is not _FAKE)
-
-
-def faking_only() -> bool:
-    """Whether a FakeTensorMode runs the ops here and no tracer records them: a factory for a GPU makes a
-    fake tensor on that GPU (a tracer's graph keeps the host spelling its replay needs)."""
-    return (_FAKE is not None and torch._C._get_dispatch_mode(_FAKE) is not None
-            and not any(torch._C._get_dispatch_mode(key) is not None for key in _TRACING))
 
 
 def enter() -> None:
