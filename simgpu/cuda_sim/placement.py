@@ -14,7 +14,9 @@ For each op:
   error (foreach ops pair their lists element by element); host inputs join silently, since C++
   builds tensors from a simulated tensor's (host) options (DDP's buckets, autograd's zero grads):
   the Python-level check in tensors.py refuses host tensors in the program's own calls;
-- random ops on a simulated GPU draw from that GPU's generator, never the host's.
+- random ops on a simulated GPU draw from that GPU's generator, never the host's, and draw CUDA's
+  numbers (random_ops.py); a random factory the program called with `device=` a simulated GPU
+  (tensors.py) arrives here with a host device and lands on the GPU `random_factory_on` names.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from simgpu.cuda_sim import autocast, devices, generators
+from simgpu.cuda_sim import autocast, devices, generators, random_ops
 from simgpu.cuda_sim.cuda_kernels import STAND_INS
 
 aten = torch.ops.aten
@@ -58,6 +60,21 @@ class host_requested:
 
     def __exit__(self, *exc: Any) -> None:
         _state.host -= 1
+
+
+class random_factory_on:
+    """The program's `torch.rand(..., device="cuda:i")` (tensors.py): the random op it reaches here, with a
+    host device, makes its result on simulated GPU i, drawing from that GPU's generator."""
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def __enter__(self) -> None:
+        self.previous = getattr(_state, "random_target", None)
+        _state.random_target = self.index
+
+    def __exit__(self, *exc: Any) -> None:
+        _state.random_target = self.previous
 
 
 def mixed_devices(a: str, b: str) -> RuntimeError:
@@ -204,7 +221,10 @@ class PlacementMode(TorchDispatchMode):
             return op.run(*args, **kwargs)
         if target == _HOST and getattr(_state, "host", 0):
             return op.run(*args, **kwargs)
-        if target is None or target == _HOST:
+        pending = getattr(_state, "random_target", None) if op.random else None
+        if pending is not None:
+            target = pending
+        elif target is None or target == _HOST:
             # device=cpu below Python is C++ passing a simulated tensor's own (host) options on, as in
             # autograd's `grad.to(self.options())`: the result stays with the inputs. The program's
             # own host requests (.cpu(), device="cpu") are settled in tensors.py before reaching here.
@@ -217,7 +237,10 @@ class PlacementMode(TorchDispatchMode):
         if target is None:
             return op.run(*args, **kwargs)
         if op.random:
-            stream = generators.stream_for(kwargs.get("generator"), target)
+            drawn = random_ops.run(func, args, kwargs, target)
+            if drawn is not NotImplemented:
+                return label(drawn, target)
+            stream = generators.stream_for(kwargs.get("generator"), target) if op.takes_generator else None
             if stream is not None:
                 return label(stream.run(lambda g: op.run(*args, **{**kwargs, "generator": g})), target)
         if autocast.enabled_here():  # CUDA autocast: the ops inside this op's kernel are cast, as on CUDA
@@ -254,7 +277,7 @@ def _backward_node_gpu() -> int | None:
 class _Op:
     """What placement needs to know of an aten overload, worked out once."""
 
-    __slots__ = ("run", "special", "pairs_lists", "has_device", "random")
+    __slots__ = ("run", "special", "pairs_lists", "has_device", "random", "takes_generator")
 
     def __init__(self, func: Any):
         packet = func.overloadpacket
@@ -264,7 +287,8 @@ class _Op:
         self.special = _SPECIAL.get(packet)
         self.pairs_lists = pairs_lists(packet.__name__)
         self.has_device = "device" in arguments
-        self.random = packet in _RANDOM_INPLACE and "generator" in arguments
+        self.takes_generator = "generator" in arguments
+        self.random = (packet in _RANDOM_INPLACE and self.takes_generator) or packet.__name__ in random_ops.PACKETS
 
 
 _OPS: dict[Any, _Op] = {}

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from simgpu.cuda_sim import attention, devices, generators, legacy_types, placement
+from simgpu.cuda_sim import attention, devices, legacy_types, placement, random_ops
 from simgpu.cuda_sim.errors import SimulationError
 from simgpu.cuda_sim.placement import suspended  # noqa: F401  (the simulator's plumbing imports it from here)
 
@@ -316,6 +316,8 @@ class SimCudaMode(TorchFunctionMode):
             return _pinned(self.__torch_function__(func, types, args, {**kwargs, "pin_memory": False}))
         if func is torch._C._nn.scaled_dot_product_attention:
             return attention.sdpa(func, args, kwargs)
+        if random_ops.is_fused_dropout(func, args, kwargs):  # CUDA's dropout is one fused kernel
+            return random_ops.fused_dropout(args, kwargs)
         if func is torch._C._nn.unflatten_dense_tensors:
             # views of the flat buffer, except empty tensors, which C++ makes afresh from host options
             out = func(*args, **kwargs)
@@ -342,12 +344,11 @@ class SimCudaMode(TorchFunctionMode):
         if target == _HOST:
             with placement.host_requested():  # a host result, whatever the inputs' devices
                 return func(*args, **kwargs)
+        if func in _RANDOM:  # drawn by the op placement sees, from that GPU's generator (random_ops.py)
+            with placement.random_factory_on(target):
+                return placement.label(func(*args, **kwargs), target)
         with suspended():
-            stream = generators.stream_for(kwargs.get("generator"), target) if func in _RANDOM else None
-            if stream is not None:  # each GPU has its own random stream
-                out = stream.run(lambda g: func(*args, **{**kwargs, "generator": g}))
-            else:
-                out = func(*args, **kwargs)
+            out = func(*args, **kwargs)
         return placement.label(out, target)
 
 
