@@ -42,11 +42,28 @@ def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return s, (a - (s - bb)) + (b - bb)
 
 
-def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray | float) -> np.ndarray:
-    """float32 fused multiply-add, correctly rounded: the product is exact in double, the sum rounds to odd."""
-    p = np.asarray(a, np.float32).astype(np.float64) * np.asarray(b, np.float32).astype(np.float64)
-    s, err = _two_sum(p, np.broadcast_to(np.asarray(c, np.float32).astype(np.float64), p.shape))
-    return _round_to_odd(s, err).astype(np.float32)
+def _fma32_wide(a: np.ndarray, b: np.ndarray | float, c: np.ndarray | float, tiny: bool = True) -> np.ndarray:
+    """fma32 on float64 arrays holding float32 values, the result as float64 (float32-valued): the product
+    is exact in double; the sum's double rounding can only differ from one rounding where the double lands
+    exactly halfway between two floats (or, with `tiny`, below float32's normal range), and only there the
+    sum is rounded to odd instead."""
+    s = a * b
+    s += c
+    suspect = np.bitwise_and(s.view(np.int64), 0x1FFFFFFF) == 0x10000000
+    if tiny:
+        suspect |= (np.abs(s) < 2.0**-125) & (s != 0)
+    if suspect.any():
+        where = np.nonzero(suspect)
+        product = np.broadcast_to(a, s.shape)[where] * np.broadcast_to(b, s.shape)[where]
+        exact, err = _two_sum(product, np.broadcast_to(c, s.shape)[where])
+        s[where] = _round_to_odd(exact, err)
+    return s.astype(np.float32).astype(np.float64)
+
+
+def fma32(a: np.ndarray, b: np.ndarray | float, c: np.ndarray | float) -> np.ndarray:
+    """float32 fused multiply-add, correctly rounded."""
+    wide = [np.asarray(x, np.float32).astype(np.float64) for x in (a, b, c)]
+    return _fma32_wide(*wide).astype(np.float32)
 
 
 def _split(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -69,14 +86,6 @@ def fma64(a: np.ndarray, b: np.ndarray, c: np.ndarray | float) -> np.ndarray:
     return th + _round_to_odd(v, err)
 
 
-def mul_rz32(a: np.ndarray, b: float) -> np.ndarray:
-    """float32 product rounded toward zero (FMUL.RZ)."""
-    p = np.asarray(a, np.float32).astype(np.float64) * float(np.float32(b))
-    r = p.astype(np.float32)
-    over = np.abs(r.astype(np.float64)) > np.abs(p)
-    return np.where(over, np.nextafter(r, np.float32(0)), r)
-
-
 def _f32(value: float) -> np.float32:
     return np.float32(value)
 
@@ -89,15 +98,6 @@ _LOGF_LEAD = np.uint32(0x3E055027).view(np.float32)
 _LN2 = _f32(0.69314718246459960938)
 
 
-def _log_core(r: np.ndarray, e: np.ndarray) -> np.ndarray:
-    p = fma32(r, -_LOGF_LEAD, _LOGF[0])
-    for k in _LOGF[1:]:
-        p = fma32(r, p, k)
-    p = r * p
-    p = fma32(r, p, r)
-    return fma32(e, _LN2, p)
-
-
 def logf(x: np.ndarray) -> np.ndarray:
     """CUDA's logf for finite positive float32 (what the random transforms give it)."""
     x = np.asarray(x, np.float32)
@@ -105,10 +105,15 @@ def logf(x: np.ndarray) -> np.ndarray:
     x = np.where(small, x * np.float32(8388608), x)
     bits = x.view(np.int32)
     exponent_bits = (bits - np.int32(0x3F2AAAAB)) & np.int32(-8388608)  # & 0xff800000
-    r = (bits - exponent_bits).view(np.float32) - np.float32(1)
-    e = fma32(exponent_bits.astype(np.float32), np.float32(1.1920928955078125e-07),
-              np.where(small, np.float32(-23), np.float32(0)))
-    out = _log_core(r, e)
+    r = ((bits - exponent_bits).view(np.float32) - np.float32(1)).astype(np.float64)
+    e = exponent_bits.astype(np.float64) * 1.1920928955078125e-07 + np.where(small, -23.0, 0.0)  # exact
+    # every value here is 0 or at least 2^-50 in magnitude: no float32 subnormals to watch for
+    p = _fma32_wide(r, -float(_LOGF_LEAD), float(_LOGF[0]), tiny=False)
+    for k in _LOGF[1:]:
+        p = _fma32_wide(r, p, float(k), tiny=False)
+    p = (r * p).astype(np.float32).astype(np.float64)
+    p = _fma32_wide(r, p, r, tiny=False)
+    out = _fma32_wide(e, float(_LN2), p, tiny=False).astype(np.float32)
     return np.where(x == 0, np.float32(-np.inf), out)
 
 
@@ -148,16 +153,29 @@ def _quarter_table() -> np.ndarray:
     return (fit.reshape(-1).view(np.int32) + residual).view(np.float32)
 
 
+@functools.lru_cache(maxsize=1)
+def _pair_table() -> np.ndarray:
+    """The quarter table paired with its mirror image, f(t) | f(Q - 1 - t) << 32: a sine and its cosine
+    come from one read (one cache line) per cell."""
+    quarter = _quarter_table().view(np.uint32).astype(np.uint64)
+    return quarter | (quarter[::-1] << np.uint64(32))
+
+
 def sincosf_fast(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """__sincosf(v) on the GPU: FMUL.RZ by 1/(2 pi), then MUFU.SIN and MUFU.COS, for 0 <= v <= 2 pi."""
-    z = mul_rz32(v, 0.15915494).astype(np.float64)
-    q = np.floor(z * 33554432.0).astype(np.int64)
-    table = _quarter_table()
+    """__sincosf(v) on the GPU: FMUL.RZ by 1/(2 pi), then MUFU.SIN and MUFU.COS, for 0 <= v <= 2 pi.
 
-    def unit(cell: np.ndarray) -> np.ndarray:
-        quadrant = (cell >> 23) & 3
-        t = cell & (QUARTER - 1)
-        value = table[np.where(quadrant & 1, (QUARTER - 1) - t, t)]
-        return np.where(quadrant >= 2, -value, value)
-
-    return unit(q), unit(q + QUARTER)
+    The cell is q = floor(z * 2^25) of z = RZ(v * c); with p = v * c exact in double, that is floor(p * 2^25)
+    below 1/2 (float32 holds every multiple of 2^-25 there, so truncating p to a float never crosses one)
+    and 2 * floor(p * 2^24) above (where float32's spacing is 2^-24). With A = f(t), B = f(Q - 1 - t) for
+    t = q mod Q, the quadrants 0..3 give sin = A, B, -A, -B and cos = B, -A, -B, A (cos(x) = sin(x + 1/4))."""
+    p = np.asarray(v, np.float32).astype(np.float64) * float(np.float32(0.15915494))
+    q = (p * 33554432.0).astype(np.int64)
+    q &= np.where(q >= 1 << 24, -2, -1)
+    pairs = _pair_table()[q & (QUARTER - 1)]
+    odd = ((q >> 23) & 1).astype(bool)
+    low, high = (pairs & np.uint64(0xFFFFFFFF)).astype(np.uint32), (pairs >> np.uint64(32)).astype(np.uint32)
+    first, second = np.where(odd, high, low), np.where(odd, low, high)
+    upper = ((q >> 24) & 1).astype(np.uint32)
+    sin = first ^ (upper << np.uint32(31))
+    cos = second ^ ((upper ^ odd.astype(np.uint32)) << np.uint32(31))
+    return sin.view(np.float32), cos.view(np.float32)

@@ -5,7 +5,7 @@ transform of it) once per grid-stride round: the k-th call of thread t returns P
 128-bit counter (offset / 4 + k, t) under the 64-bit key `seed` (curand_kernel.h, curand_philox4x32_x.h;
 torch's offsets are always multiples of 4, so every call starts a fresh block of four 32-bit outputs).
 `block(seed, offset, calls, threads)` computes those outputs for calls [first, first + calls) of threads
-[0, threads): lanes x, y, z, w, each an array of shape (calls, threads) holding uint32 values in uint64.
+[0, threads): lanes x, y, z, w, each a uint32 array of shape (calls, threads).
 
 The DRAWS turn one call's four lanes into what the kernel's `dist_func` returns: curand_uniform4 (four
 floats in (0, 1]), curand_uniform2_double, curand_normal4 (Box-Muller in float), curand_normal2_double,
@@ -13,6 +13,7 @@ the raw uint4, and the two 64-bit integers torch packs from it; each gives an ar
 """
 from __future__ import annotations
 
+import sys
 from typing import Callable
 
 import numpy as np
@@ -23,6 +24,7 @@ _MASK = 0xFFFFFFFF
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85
 _SHIFT = np.uint64(32)
+_LO, _HI = (0, 1) if sys.byteorder == "little" else (1, 0)  # the halves of a uint64 viewed as two uint32
 
 
 def block(seed: int, offset: int, first: int, calls: int, threads: int | np.ndarray) -> tuple[np.ndarray, ...]:
@@ -39,19 +41,16 @@ def block(seed: int, offset: int, first: int, calls: int, threads: int | np.ndar
     c3 = np.broadcast_to((ids >> _SHIFT)[None, :], shape)
     c0, c1 = np.broadcast_to(c0, shape), np.broadcast_to(c1, shape)
     k0, k1 = seed & _MASK, (seed >> 32) & _MASK
-    mask = np.uint64(_MASK)
+    c0, c1, c2, c3 = (np.ascontiguousarray(c, dtype=np.uint32) for c in (c0, c1, c2, c3))
     for round_ in range(10):
-        p0 = c0 * _M0
-        p1 = c2 * _M1
-        hi1 = p1 >> _SHIFT
-        hi1 ^= c1
-        hi1 ^= np.uint64(k0)
-        hi0 = p0 >> _SHIFT
-        hi0 ^= c3
-        hi0 ^= np.uint64(k1)
-        p1 &= mask
-        p0 &= mask
-        c0, c1, c2, c3 = hi1, p1, hi0, p0
+        p0 = c0.astype(np.uint64)
+        p0 *= _M0
+        p1 = c2.astype(np.uint64)
+        p1 *= _M1
+        halves0, halves1 = p0.view(np.uint32), p1.view(np.uint32)
+        lo0, hi0 = halves0[..., _LO::2], halves0[..., _HI::2]
+        lo1, hi1 = halves1[..., _LO::2], halves1[..., _HI::2]
+        c0, c1, c2, c3 = hi1 ^ c1 ^ np.uint32(k0), lo1.copy(), hi0 ^ c3 ^ np.uint32(k1), lo0.copy()
         k0, k1 = (k0 + _W0) & _MASK, (k1 + _W1) & _MASK
     return c0, c1, c2, c3
 
@@ -75,7 +74,7 @@ def uniform4(x: np.ndarray, y: np.ndarray, z: np.ndarray, w: np.ndarray) -> np.n
 
 def _uniform_double(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """_curand_uniform_double_hq: 53 random bits, in (0, 1]."""
-    bits = lo ^ (hi << np.uint64(21))
+    bits = lo.astype(np.uint64) ^ (hi.astype(np.uint64) << np.uint64(21))
     return bits.astype(np.float64) * _INV53 + _INV53 / 2
 
 
@@ -112,7 +111,7 @@ def _sincospi(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def normal2_double(x: np.ndarray, y: np.ndarray, z: np.ndarray, w: np.ndarray) -> np.ndarray:
     """_curand_box_muller_double: sqrt(-2 log(u)) times sincospi(v), v in (0, 2]."""
     u = _uniform_double(x, y)
-    v = (z ^ (w << np.uint64(21))).astype(np.float64) * (2 * _INV53) + _INV53
+    v = (z.astype(np.uint64) ^ (w.astype(np.uint64) << np.uint64(21))).astype(np.float64) * (2 * _INV53) + _INV53
     s = np.sqrt(-2.0 * np.log(u))
     sin, cos = _sincospi(v)
     return np.stack([sin * s, cos * s])
@@ -124,7 +123,8 @@ def raw4(x: np.ndarray, y: np.ndarray, z: np.ndarray, w: np.ndarray) -> np.ndarr
 
 def raw2_64(x: np.ndarray, y: np.ndarray, z: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Two 64-bit integers: (x << 32) | y and (z << 32) | w, as torch's 64-bit random kernels pack them."""
-    return np.stack([(x << _SHIFT) | y, (z << _SHIFT) | w])
+    wide = [lane.astype(np.uint64) for lane in (x, y, z, w)]
+    return np.stack([(wide[0] << _SHIFT) | wide[1], (wide[2] << _SHIFT) | wide[3]])
 
 
 Draw = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
