@@ -42,7 +42,7 @@ def activate(gpus: int | None = None) -> None:
     if not text.isdigit() or int(text) < 1:
         raise SimulationError(f"simgpu: {GPUS_ENV}={text!r}: the number of simulated GPUs must be a positive integer")
     from simgpu.cuda_sim import (api, attention, autocast, comm, cuda_build, cuda_kernels, distributed, dtensor_new,
-                                 generator_identity, serialization, surface, tensors)
+                                 generator_identity, random_ops, serialization, surface, tensors)
 
     api.install()
     cuda_build.install()
@@ -57,4 +57,5 @@ def activate(gpus: int | None = None) -> None:
     autocast.install()
     cuda_kernels.install()
     attention.install()
+    random_ops.install()
     _active = True

@@ -16,7 +16,6 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from simgpu.cuda_sim import cuda_math, devices, generators, philox
 from simgpu.cuda_sim import random_kernels as kernels
@@ -490,22 +489,33 @@ def run(func: Any, args: tuple, kwargs: dict, index: int) -> Any:
     return _factory(bound, stream, index, packet, overload, func)
 
 
-# ---- F.dropout: CUDA runs the fused kernel (native_dropout) where a CPU tensor takes bernoulli_ ----
-_DROPOUT_FUNCTIONS = (F.dropout, torch.dropout)
+# ---- dropout: CUDA runs the fused kernel (native_dropout) where a CPU tensor takes bernoulli_ ------
+_library: Any = None
 
 
-def is_fused_dropout(func: Callable, args: tuple, kwargs: dict) -> bool:
-    """Dropout.cpp's is_fused_kernel_acceptable for F.dropout / torch.dropout on a simulated GPU tensor."""
-    if func not in _DROPOUT_FUNCTIONS or not args or not isinstance(args[0], torch.Tensor):
-        return False
-    names = ("input", "p", "training", "inplace") if func is F.dropout else ("input", "p", "train")
-    bound = {**dict(zip(names, args)), **kwargs}
-    p = bound.get("p", 0.5)
-    train = bound.get("training", bound.get("train", True))
-    return (not bound.get("inplace", False) and bool(train) and isinstance(p, (int, float)) and 0 < p < 1
-            and bound["input"].numel() > 0 and devices.device_of(bound["input"]) is not None)
+def _dropout(input: torch.Tensor, p: float, train: bool) -> torch.Tensor:
+    """aten::dropout for CPU tensors under autograd (Dropout.cpp): on a simulated GPU, what CUDA's
+    is_fused_kernel_acceptable picks, native_dropout; on the host, torch's own composite (_dropout_impl)."""
+    if train and 0 < p < 1 and input.numel() > 0 and devices.device_of(input) is not None:
+        return torch.native_dropout(input, p, train)[0]
+    if not 0 <= p <= 1:
+        raise RuntimeError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if p == 0 or not train or input.numel() == 0:
+        return input
+    if p == 1:
+        return input * torch.zeros((), dtype=input.dtype, device=input.device)
+    noise = torch.empty_like(input).bernoulli_(1 - p)
+    noise.div_(1 - p)
+    return input * noise
 
 
-def fused_dropout(args: tuple, kwargs: dict) -> torch.Tensor:
-    bound = {**dict(zip(("input", "p"), args)), **kwargs}
-    return torch.native_dropout(bound["input"], float(bound.get("p", 0.5)), True)[0]
+def install() -> None:
+    """Register `_dropout` for aten::dropout at AutogradCPU: below the program's Python calls, so that
+    activation checkpointing's recomputation (run by the autograd engine, outside torch function modes)
+    takes the fused kernel as the forward pass did. Under torch.inference_mode() autograd's keys are off
+    and torch's composite runs instead (bernoulli_: CUDA's numbers for that op, not dropout's)."""
+    global _library
+    if _library is not None:
+        return
+    _library = torch.library.Library("aten", "IMPL")  # noqa: TOR901 - a kernel for aten's own op
+    _library.impl("dropout", _dropout, "AutogradCPU")

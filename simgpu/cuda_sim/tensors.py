@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from simgpu.cuda_sim import attention, devices, legacy_types, placement, random_ops
+from simgpu.cuda_sim import attention, devices, legacy_types, placement
 from simgpu.cuda_sim.errors import SimulationError
 from simgpu.cuda_sim.placement import suspended  # noqa: F401  (the simulator's plumbing imports it from here)
 
@@ -316,8 +316,6 @@ class SimCudaMode(TorchFunctionMode):
             return _pinned(self.__torch_function__(func, types, args, {**kwargs, "pin_memory": False}))
         if func is torch._C._nn.scaled_dot_product_attention:
             return attention.sdpa(func, args, kwargs)
-        if random_ops.is_fused_dropout(func, args, kwargs):  # CUDA's dropout is one fused kernel
-            return random_ops.fused_dropout(args, kwargs)
         if func is torch._C._nn.unflatten_dense_tensors:
             # views of the flat buffer, except empty tensors, which C++ makes afresh from host options
             out = func(*args, **kwargs)
