@@ -18,10 +18,10 @@ from typing import Any, Iterator
 
 import torch
 
-from simgpu.cuda_sim import attention, devices, generators, legacy_types
+from simgpu.cuda_sim import attention, devices, generators, gpu_model, legacy_types
 from simgpu.cuda_sim.devices import SimulationError
 
-CAPABILITY = (9, 0)
+CAPABILITY = gpu_model.CAPABILITY
 
 
 def _index(device: Any = None, optional: bool = True) -> int:
@@ -95,6 +95,7 @@ class DeviceProperties:
     is_multi_gpu_board: bool = False
     L2_cache_size: int = 60 * 2**20
     warp_size: int = 32
+    max_threads_per_multi_processor: int = gpu_model.MAX_THREADS_PER_MULTI_PROCESSOR
 
 
 def get_device_properties(device: Any = None) -> DeviceProperties:
@@ -102,7 +103,8 @@ def get_device_properties(device: Any = None) -> DeviceProperties:
     table = devices.table()
     physical = table.visible[index]
     return DeviceProperties(name=get_device_name(index), major=CAPABILITY[0], minor=CAPABILITY[1],
-                            total_memory=table.total_memory, multi_processor_count=132,
+                            total_memory=table.total_memory,
+                            multi_processor_count=gpu_model.MULTI_PROCESSOR_COUNT,
                             uuid=devices.uuid_of(physical), pci_bus_id=physical)
 
 

@@ -1,15 +1,15 @@
 """Random generators of simulated GPUs: `torch.cuda.default_generators`, `torch.Generator("cuda")`.
 
-A CUDA generator is a Philox generator whose state is 16 bytes, a seed and an offset; a draw of n
-numbers is a function of (seed, offset) and moves the offset as CUDA's kernels do
-(`philox_offset_increment`). DTensor's
-random ops and model-parallel RNG trackers set that offset to give each shard its own numbers, and
-checkpoints store it, so the state here is that one. The numbers themselves come from a CPU
-generator seeded from (seed, offset): the same on every run, not CUDA's (docs/cuda-simulation.md).
+A CUDA generator is a Philox generator whose state is 16 bytes, a seed and an offset; each kernel launch
+draws from (seed, offset) and moves the offset as CUDA's kernels do (`philox_state`). DTensor's random
+ops and model-parallel RNG trackers set that offset to give each shard its own numbers, and checkpoints
+store it, so the state here is that one. The numbers are CUDA's: random_ops.py runs the random ops of
+simulated GPUs through cuRAND's Philox4x32-10 with torch's CUDA launch rules (docs/cuda-simulation.md).
+An op it does not cover draws from a CPU generator seeded from (seed, offset) instead (`run`): the same
+on every run, not CUDA's, with the offset moved as a float distribution kernel would move it.
 
 A `CudaGenerator` is a real `torch.Generator` (isinstance checks, `generator=` arguments), whose
-CPU state below is only used for one draw at a time: placement.py and tensors.py run every random
-op on a simulated GPU through `stream_for(...).run`.
+CPU state below is only used for one such fallback draw at a time.
 
 State tensors are made and read with torch's modes set aside, as CUDA's C++ does: inside a
 FakeTensorMode (DTensor's RNG tracker under LocalTensorMode) they stay real host tensors.
@@ -49,21 +49,12 @@ def _read_state(state: torch.Tensor) -> tuple[int, int]:
     return seed % 2**64, offset
 
 
-SM_COUNT = 132  # what the simulated GPUs report (an H100/H200 SXM): CUDA's launch grid depends on it
-
-
 def philox_offset_increment(count: int) -> int:
-    """How far CUDA's random kernels move a generator's Philox offset for `count` numbers.
+    """How far a float distribution kernel (4 values per Philox call) moves the offset for `count` numbers:
+    what the fallback draw (`CudaGenerator.run`) moves it by."""
+    from simgpu.cuda_sim import random_kernels
 
-    ATen's distribution kernels launch blocks of 256 threads, at most 8 blocks per SM (2048 threads
-    per SM), each thread drawing 4 numbers per Philox call; the offset moves by 4 for every round of
-    the grid over the numbers (aten/src/ATen/native/cuda/DistributionTemplates.h,
-    calc_execution_policy). Recorded on an H200: randn(10) moves it by 4."""
-    if count <= 0:
-        return 0
-    block, unroll = 256, 4
-    grid = min(SM_COUNT * (2048 // block), (count + block - 1) // block)
-    return ((count - 1) // (block * grid * unroll) + 1) * unroll
+    return random_kernels.counter_offset(count, 4) if count > 0 else 0
 
 
 class CudaGenerator(torch._C.Generator):
@@ -135,6 +126,13 @@ class CudaGenerator(torch._C.Generator):
         return f"<torch._C.Generator object on cuda:{self._simgpu_index} (simgpu)>"
 
     # ---- how simulated ops draw from it ----
+    def philox_state(self, increment: int) -> tuple[int, int]:
+        """CUDAGeneratorImpl::philox_cuda_state: the (seed, offset) one kernel launch draws from; the offset
+        then moves past it by `increment` rounded up to a multiple of 4 (random_kernels.py says how much)."""
+        seed, offset = self._seed, self._offset
+        self._offset += (increment + 3) // 4 * 4
+        return seed, offset
+
     def _draw(self) -> torch.Generator:
         """The CPU generator for the next draw (the offset moves past it once the draw is done)."""
         return host_generator(self._seed, self._offset)

@@ -14,7 +14,9 @@ For each op:
   error (foreach ops pair their lists element by element); host inputs join silently, since C++
   builds tensors from a simulated tensor's (host) options (DDP's buckets, autograd's zero grads):
   the Python-level check in tensors.py refuses host tensors in the program's own calls;
-- random ops on a simulated GPU draw from that GPU's generator, never the host's.
+- random ops on a simulated GPU draw from that GPU's generator, never the host's, and draw CUDA's
+  numbers (random_ops.py); a random factory the program called with `device=` a simulated GPU
+  (tensors.py) arrives here with a host device and lands on the GPU `random_factory_on` names.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from simgpu.cuda_sim import autocast, devices, generators, workspaces
+from simgpu.cuda_sim import autocast, devices, generators, random_ops, workspaces
 from simgpu.cuda_sim.cuda_kernels import STAND_INS
 
 aten = torch.ops.aten
@@ -61,6 +63,21 @@ class host_requested:
 
     def __exit__(self, *exc: Any) -> None:
         _state.host -= 1
+
+
+class random_factory_on:
+    """The program's `torch.rand(..., device="cuda:i")` (tensors.py): the random op it reaches here, with a
+    host device, makes its result on simulated GPU i, drawing from that GPU's generator."""
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def __enter__(self) -> None:
+        self.previous = getattr(_state, "random_target", None)
+        _state.random_target = self.index
+
+    def __exit__(self, *exc: Any) -> None:
+        _state.random_target = self.previous
 
 
 def mixed_devices(a: str, b: str) -> RuntimeError:
@@ -213,7 +230,10 @@ class PlacementMode(TorchDispatchMode):
             return op.run(*args, **kwargs)
         if target == _HOST and getattr(_state, "host", 0):
             return op.run(*args, **kwargs)
-        if target is None or target == _HOST:
+        pending = getattr(_state, "random_target", None) if op.random else None
+        if pending is not None:
+            target = pending
+        elif target is None or target == _HOST:
             # device=cpu below Python is C++ passing a simulated tensor's own (host) options on, as in
             # autograd's `grad.to(self.options())`: the result stays with the inputs. The program's
             # own host requests (.cpu(), device="cpu") are settled in tensors.py before reaching here.
@@ -228,7 +248,10 @@ class PlacementMode(TorchDispatchMode):
         if op.blas is not None:  # the cuBLAS workspace its CUDA kernel would allocate on first use
             workspaces.charge(op.blas, target, args, kwargs)
         if op.random:
-            stream = generators.stream_for(kwargs.get("generator"), target)
+            drawn = random_ops.run(func, args, kwargs, target)
+            if drawn is not NotImplemented:
+                return label(drawn, target)
+            stream = generators.stream_for(kwargs.get("generator"), target) if op.takes_generator else None
             if stream is not None:
                 return label(stream.run(lambda g: op.run(*args, **{**kwargs, "generator": g})), target)
         if autocast.enabled_here():  # CUDA autocast: the ops inside this op's kernel are cast, as on CUDA
@@ -283,7 +306,7 @@ def _hooked(node: Any, name: str) -> bool:
 class _Op:
     """What placement needs to know of an aten overload, worked out once."""
 
-    __slots__ = ("run", "special", "pairs_lists", "has_device", "random", "blas", "host_outputs")
+    __slots__ = ("run", "special", "pairs_lists", "has_device", "random", "takes_generator", "blas", "host_outputs")
 
     def __init__(self, func: Any):
         packet = func.overloadpacket
@@ -293,7 +316,8 @@ class _Op:
         self.special = _SPECIAL.get(packet)
         self.pairs_lists = pairs_lists(packet.__name__)
         self.has_device = "device" in arguments
-        self.random = packet in _RANDOM_INPLACE and "generator" in arguments
+        self.takes_generator = "generator" in arguments
+        self.random = (packet in _RANDOM_INPLACE and self.takes_generator) or packet.__name__ in random_ops.PACKETS
         self.blas = packet if packet in workspaces.CUBLAS_OPS else None
         self.host_outputs = getattr(self.run, "host_outputs", ())  # a stand-in's outputs CUDA keeps on the host
 

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from simgpu.cuda_sim import devices, generators, legacy_types, placement
+from simgpu.cuda_sim import attention, devices, generators, legacy_types, placement
 from simgpu.cuda_sim.errors import SimulationError
 from simgpu.cuda_sim.placement import suspended  # noqa: F401  (the simulator's plumbing imports it from here)
 
@@ -374,12 +374,11 @@ class SimCudaMode(TorchFunctionMode):
         if target == _HOST:
             with placement.host_requested():  # a host result, whatever the inputs' devices
                 return func(*args, **kwargs)
+        if func in _RANDOM:  # drawn by the op placement sees, from that GPU's generator (random_ops.py)
+            with placement.random_factory_on(target):
+                return placement.label(func(*args, **kwargs), target)
         with suspended():
-            stream = generators.stream_for(kwargs.get("generator"), target) if func in _RANDOM else None
-            if stream is not None:  # each GPU has its own random stream
-                out = stream.run(lambda g: func(*args, **{**kwargs, "generator": g}))
-            else:
-                out = func(*args, **kwargs)
+            out = func(*args, **kwargs)
         return placement.label(out, target)
 
 
