@@ -128,7 +128,8 @@ class CudaGenerator(torch._C.Generator):
     # ---- how simulated ops draw from it ----
     def philox_state(self, increment: int) -> tuple[int, int]:
         """CUDAGeneratorImpl::philox_cuda_state: the (seed, offset) one kernel launch draws from; the offset
-        then moves past it by `increment` rounded up to a multiple of 4 (random_kernels.py says how much)."""
+        then moves past it by `increment` rounded up to a multiple of 4 (random_kernels.py says how much; the
+        fused attention kernels take theirs once, and their backward draws the same numbers again)."""
         seed, offset = self._seed, self._offset
         self._offset += (increment + 3) // 4 * 4
         return seed, offset
@@ -136,13 +137,6 @@ class CudaGenerator(torch._C.Generator):
     def _draw(self) -> torch.Generator:
         """The CPU generator for the next draw (the offset moves past it once the draw is done)."""
         return host_generator(self._seed, self._offset)
-
-    def philox_state(self, increment: int) -> tuple[int, int]:
-        """(seed, offset) for a kernel that takes its Philox state and moves the offset by `increment`
-        itself (CUDA's fused attention kernels, whose backward draws the same numbers again)."""
-        state = (self._seed, self._offset)
-        self._offset += increment
-        return state
 
     def advance(self, count: int) -> None:
         self._offset += philox_offset_increment(count)
