@@ -42,7 +42,8 @@ def activate(gpus: int | None = None) -> None:
     if not text.isdigit() or int(text) < 1:
         raise SimulationError(f"simgpu: {GPUS_ENV}={text!r}: the number of simulated GPUs must be a positive integer")
     from simgpu.cuda_sim import (api, attention, autocast, comm, cuda_build, cuda_kernels, distributed, dtensor_new,
-                                 fake_tensors, generator_identity, higher_order, serialization, surface, tensors)
+                                 fake_tensors, generator_identity, higher_order, serialization, surface, tensors,
+                                 warning_sites)
 
     api.install()
     cuda_build.install()
@@ -59,4 +60,5 @@ def activate(gpus: int | None = None) -> None:
     attention.install()
     fake_tensors.install()
     higher_order.install()
+    warning_sites.install()
     _active = True
