@@ -171,12 +171,12 @@ def one_tensor_per_rank(*, root: bool) -> Callable[..., Case]:
             numel = draw(large_numel(case.dtype), label="large numel")
             case.inputs = large_inputs(draw, case, [(numel,)] * case.size, numel)
             return case
-        if cell.condition == "arrival":
+        if cell.condition == "arrival":  # contiguous, a few elements: data every table moves
             draw_arrival(draw, case)
             shape: tuple[int, ...] = (draw(st.integers(3, 7), label="elements"),)
         else:
             shape = draw(shapes(min_dims=0), label="shape")
-        draw_layout(draw, case, shape)
+            draw_layout(draw, case, shape)
         case.inputs = draw(per_rank_values(case.dtype, shape, case.size, case.op), label="inputs")
         if cell.condition == "arrival":  # members told apart: member j's first three elements are j's bits
             case.inputs = [_stamped(x, j) for j, x in enumerate(case.inputs)]
