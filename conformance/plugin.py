@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from conformance.backends import TABLES, Profile, findings_backend, profile_for
+from conformance.backends import BUILTIN, TABLES, Profile, findings_backend, profile_for
 from conformance.report import CapabilityReport
 from conformance.spec import CONDITION_MIN_MEMBERS, CollectiveSpec
 from simgpu.pool import Binding, RankPool, RankPoolError
@@ -104,7 +104,7 @@ class ConformanceSession:
                 max_world = min(max_world, self.lease.held)
             self.max_world = max_world
         table = self.profile.description if self.profile else "no table: support is probed per combination"
-        if self.profile is not None and self.backend not in ("sim", "nccl", "gloo"):
+        if self.profile is not None and self.backend not in BUILTIN:
             table = f"{table}, the {self.profile.name} table it claims; {self.profile.base or 'no'} findings apply"
         self.report = CapabilityReport(self.backend, table)
         self.predict, self.predict_dir, self._own_predict_dir = _predict_setup(config)
