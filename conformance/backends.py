@@ -4,7 +4,10 @@ torch's ProcessGroupNCCL/ProcessGroupGloo sources and NCCL's documentation are t
 (where a run disagreed with the page, the run won); [nccl-run] marks what the first GPU run (4x H200,
 torch 2.11.0+cu130, NCCL 2.28.9) and its probes settled: conformance/results/nccl-calibration.md has
 each rule with its evidence. A backend with no table here is probed: the suite discovers per
-combination whether it is supported (see conformance/driver.py).
+combination whether it is supported (see conformance/driver.py). A registered backend may claim a table
+(`--backend-profile=nccl|gloo`, or `hold_to` from its module with a table name or a Profile object): it is
+then held to it, and the confirmed defects of the table's `base` backend (conformance/findings.py) are
+reported as that base's findings, not as the registered backend's failures.
 
 `size` is the number of ranks in the case's group (None: a group of several ranks). Groups of one
 rank are where ProcessGroupNCCL skips most of its checks.
@@ -59,7 +62,9 @@ PREMUL_DTYPES = ("float16", "float32", "float64", "bfloat16", "complex64")
 
 @dataclass(frozen=True)
 class Profile:
-    """A backend's support table. `flavor` picks the oracle's NaN and rounding rules."""
+    """A backend's support table. `flavor` picks the oracle's NaN and rounding rules; `base` names the backend
+    whose confirmed defects (conformance/findings.py) a backend held to this table inherits: a wrapper of
+    gloo claims gloo's table and gloo's known defects stay gloo's (None: no findings apply)."""
 
     name: str
     flavor: str
@@ -71,6 +76,7 @@ class Profile:
     # matches the k-th receive from a peer with that peer's k-th send to it). Backends without a table
     # are held to "tag".
     p2p_matching: str = "tag"
+    base: str | None = None
 
     def reject(self, collective: str, dtype: str | None, op: str | None, layout: str,
                features: frozenset[str] = frozenset(), size: int | None = None,
@@ -209,23 +215,59 @@ class GlooProfile(Profile):
 
 _ALL = tuple(DTYPES)
 NCCL = NcclProfile("nccl", "nccl", _ALL, "NCCL 2.28 via torch 2.11", recv_any_source=False,
-                   p2p_matching="posting order")
-GLOO = GlooProfile("gloo", "gloo", _ALL, "gloo in torch 2.13")
+                   p2p_matching="posting order", base="nccl")
+GLOO = GlooProfile("gloo", "gloo", _ALL, "gloo in torch 2.13", base="gloo")
 
 TABLES = {"nccl": NCCL, "gloo": GLOO}
+BUILTIN = {"sim": NCCL, "nccl": NCCL, "gloo": GLOO}  # the backends the suite knows, and the table each has
 # Registered backends that declared the table they must meet (hold_to), by backend name.
 _HELD: dict[str, Profile] = {}
 
 
-def hold_to(backend: str, table: str) -> None:
-    """Hold a registered backend to a built-in table ("nccl" or "gloo") instead of probing it: called by
-    the module that registers it (--backend-module), e.g. a backend that wraps NCCL or the simulator."""
-    if table not in TABLES:
-        raise ValueError(f"no table {table!r}; choose one of {', '.join(sorted(TABLES))}")
-    _HELD[backend.lower()] = TABLES[table]
+def table(claim: str | Profile) -> Profile:
+    """A claimed table: a built-in one by name ("nccl", "gloo"), or a Profile object as it is."""
+    if isinstance(claim, Profile):
+        return claim
+    if claim not in TABLES:
+        raise ValueError(f"no table {claim!r}; choose one of {', '.join(sorted(TABLES))}, or pass a "
+                         "conformance.backends.Profile object")
+    return TABLES[claim]
 
 
-def profile_for(backend: str) -> Profile | None:
-    """The table a backend is held to: sim is held to NCCL's, a registered backend to the table it declared
-    with hold_to; other backends have none (probed)."""
-    return {"sim": NCCL, "nccl": NCCL, "gloo": GLOO}.get(backend) or _HELD.get(backend.lower())
+def hold_to(backend: str, claim: str | Profile) -> None:
+    """Hold a registered backend to a table instead of probing it: called by the module that registers it
+    (--backend-module), e.g. a backend that wraps NCCL, gloo or the simulator. `claim` is a built-in
+    table's name or a Profile object (your own table, e.g. a GlooProfile subclass that refuses more)."""
+    _HELD[backend.lower()] = table(claim)
+
+
+def declared(backend: str) -> Profile | None:
+    """The table a registered backend's module claimed with hold_to, if any."""
+    return _HELD.get(backend.lower())
+
+
+def profile_for(backend: str, claimed: str | None = None) -> Profile | None:
+    """The table a backend is held to: sim, nccl and gloo their own (sim is held to NCCL's); a registered
+    backend the one claimed on the command line (--backend-profile) or by its module (hold_to); otherwise
+    none (probed). Raises ValueError where the claim cannot stand."""
+    if backend in BUILTIN:
+        if claimed is not None:
+            raise ValueError(f"--backend-profile is for a registered backend; --backend={backend} is held to "
+                             f"its own table ({BUILTIN[backend].description})")
+        return BUILTIN[backend]
+    from_module = declared(backend)
+    if claimed is None:
+        return from_module
+    chosen = table(claimed)
+    if from_module is not None and from_module is not chosen:
+        raise ValueError(f"--backend-profile={claimed} contradicts the table {from_module.name!r} that the "
+                         f"backend module declared for {backend!r} (hold_to); give one of the two")
+    return chosen
+
+
+def findings_backend(backend: str, profile: Profile | None) -> str:
+    """Whose confirmed defects excuse this backend's failures: a built-in backend's own, a registered
+    backend's claimed base (a gloo wrapper fails where gloo does, and those stay gloo's findings)."""
+    if backend in BUILTIN or profile is None or profile.base is None:
+        return backend
+    return profile.base

@@ -36,10 +36,14 @@ def database_key(backend: str, cell_id: str) -> bytes:
 
 
 def run_property(body: Callable[[st.DataObject], None], *, backend: str, cell_id: str, effort: str,
-                 shrink: bool) -> None:
-    """Run body(data) as this cell's hypothesis property, under its settings and its own database key."""
+                 shrink: bool, examples: int | None = None) -> None:
+    """Run body(data) as this cell's hypothesis property, under its settings and its own database key;
+    examples: how many to draw, where not the effort profile's (a pinned input class's property)."""
+    chosen = hypothesis_settings(backend, effort, shrink)
+    if examples is not None:
+        chosen = settings(chosen, max_examples=examples)
 
-    @hypothesis_settings(backend, effort, shrink)
+    @chosen
     @given(data=st.data())
     def property_holds(data: st.DataObject) -> None:
         body(data)
@@ -49,15 +53,19 @@ def run_property(body: Callable[[st.DataObject], None], *, backend: str, cell_id
     property_holds()
 
 
-def reproduce_line(backend: str, backend_module: str | None, selector: str, effort: str) -> str:
-    """The command that reruns one cell, for every failure message."""
+def reproduce_line(backend: str, backend_module: str | None, selector: str, effort: str,
+                   claimed: str | None = None) -> str:
+    """The command that reruns one cell, for every failure message (claimed: --backend-profile)."""
     module = f" --backend-module={backend_module}" if backend_module else ""
+    module += f" --backend-profile={claimed}" if claimed else ""
     return (f"pytest conformance --backend={backend}{module} -k '{selector}' --conformance-profile={effort}"
             " (hypothesis prints the seed / @reproduce_failure below)")
 
 
-def xfail_known(found: Iterable[Finding]) -> None:
-    """A cell whose failures were all registered findings is an expected failure, naming them."""
+def xfail_known(found: Iterable[Finding], inherited_from: str | None = None) -> None:
+    """A cell whose failures were all registered findings is an expected failure, naming them;
+    inherited_from: the base backend whose findings they are (a registered backend that claims its table)."""
     found = list(found)
+    whose = f" of {inherited_from} (the claimed base)" if inherited_from else ""
     if found:
-        pytest.xfail("; ".join(f"known finding {f.id}: {f.summary}" for f in found))
+        pytest.xfail("; ".join(f"known finding {f.id}{whose}: {f.summary}" for f in found))

@@ -13,13 +13,20 @@ from typing import Any
 
 import pytest
 
-from conformance.backends import Profile, profile_for
+from conformance.backends import BUILTIN, TABLES, Profile, findings_backend, profile_for
 from conformance.report import CapabilityReport
-from conformance.spec import CollectiveSpec
+from conformance.spec import CONDITION_MIN_MEMBERS, CollectiveSpec
 from simgpu.pool import Binding, RankPool, RankPoolError
 from simgpu.selection import BackendChoiceError, attached_ranks, binding_for, check_backend
 
 PROFILES = {"ci": 4, "dev": 15, "thorough": 150}  # hypothesis examples per matrix cell
+# Input classes each profile reaches in every cell that has them, in a property of their own (not left to
+# the main property's chance draws): examples per cell and profile (docs/conformance-inputs.md).
+CONDITIONS = {
+    "large": {"ci": 1, "dev": 2, "thorough": 10},      # tensors past 1 MiB per rank, odd remainders
+    "arrival": {"ci": 1, "dev": 1, "thorough": 3},     # members reach gather / gather_object in a drawn order
+    "latecomer": {"ci": 1, "dev": 1, "thorough": 3},   # barrier: each member in turn arrives last
+}
 DEFAULT_MAX_WORLD = 4
 REPORT_KEY = "simgpu_capability_records"
 
@@ -31,6 +38,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "gloo, nccl, or any name registered with torch.distributed.Backend.register_backend")
     group.addoption("--backend-module", default=None, metavar="MODULE",
                     help="module every rank imports before init_process_group (it registers --backend)")
+    group.addoption("--backend-profile", default=None, choices=sorted(TABLES),
+                    help="the support table a registered backend claims (its module may claim one instead, "
+                         "with conformance.backends.hold_to): combinations the table supports must work, and "
+                         "the confirmed defects of its base (gloo's, NCCL's) are reported as that base's findings")
     group.addoption("--max-world-size", type=int, default=None,
                     help=f"largest world size to draw (default {DEFAULT_MAX_WORLD}, at most 8)")
     group.addoption("--conformance-profile", default=None, choices=sorted(PROFILES),
@@ -69,7 +80,11 @@ class ConformanceSession:
         self.backend_module: str | None = config.getoption("--backend-module")
         if self.backend_module:  # it may declare its table (backends.hold_to); imported once by check_backend
             importlib.import_module(self.backend_module)
-        self.profile: Profile | None = profile_for(self.backend)
+        try:
+            self.profile: Profile | None = profile_for(self.backend, config.getoption("--backend-profile"))
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        self.findings_of = findings_backend(self.backend, self.profile)
         self.effort = _effort(config)
         self.timeout = config.getoption("--rank-timeout")
         self.pools: dict[int, RankPool] = {}
@@ -89,12 +104,22 @@ class ConformanceSession:
                 max_world = min(max_world, self.lease.held)
             self.max_world = max_world
         table = self.profile.description if self.profile else "no table: support is probed per combination"
+        if self.profile is not None and self.backend not in BUILTIN:
+            table = f"{table}, the {self.profile.name} table it claims; {self.profile.base or 'no'} findings apply"
         self.report = CapabilityReport(self.backend, table)
         self.predict, self.predict_dir, self._own_predict_dir = _predict_setup(config)
 
     @property
     def examples(self) -> int:
         return PROFILES[self.effort]
+
+    def condition_examples(self, condition: str) -> int:
+        """Examples of a pinned input class per cell under this profile (CONDITIONS)."""
+        return CONDITIONS[condition][self.effort]
+
+    def condition_sizes(self, condition: str, sizes: list[int]) -> list[int]:
+        """The world sizes that can hold a pinned input class (none: the class is not drawn here)."""
+        return [n for n in sizes if n >= CONDITION_MIN_MEMBERS.get(condition, 1)]
 
     def world_sizes(self, spec: CollectiveSpec) -> list[int]:
         """The world sizes to draw for a collective; skips the test when this process cannot run it."""

@@ -8,7 +8,9 @@ One entry per collective , in conformance/collectives/<name>.py:
                                           other rank's output (the benchmark checks on the ranks)
   expect(profile, case)                   None (must work) or a Reject (must raise that)
   busbw_factor(n)                         nccl-tests' bus-bandwidth factor (from simgpu.collective_facts)
-Optional: `dtypes` / `ops` narrow the entry's cells (the families of docs/modern-collectives.md draw a
+Optional: `conditions` names the input classes its `cases` can be asked for (cell.condition): each
+profile draws them in a property of their own, a fixed number of examples per cell (plugin.CONDITIONS),
+so that every run reaches them; `dtypes` / `ops` narrow the entry's cells (the families of docs/modern-collectives.md draw a
 few dtypes and ops, not the whole table); `requires()` returns why this torch cannot run the entry
 (its cells then skip with that reason) or None.
 The property tests, the capability matrix and the benchmarks all read these entries.
@@ -47,11 +49,16 @@ class Reject:
 
 @dataclass(frozen=True)
 class Cell:
-    """A cell of the capability matrix: collective x dtype x reduce op (None where no op applies)."""
+    """A cell of the capability matrix: collective x dtype x reduce op (None where no op applies).
+
+    condition: the input class a pinned property asks `cases` for ("large", "arrival", "latecomer"; None:
+    the main property's free draw); not part of the cell's id.
+    """
 
     collective: str
     dtype: str | None
     op: str | None
+    condition: str | None = None
 
     def id(self) -> str:
         return "-".join(x for x in (self.collective, self.dtype, self.op) if x)
@@ -112,11 +119,16 @@ class CollectiveSpec:
     dtypes: tuple[str, ...] | None = None    # None: every dtype of the backend's table
     ops: tuple[str, ...] | None = None       # None: every reduce op (family "reduce")
     requires: Callable[[], str | None] = lambda: None
+    conditions: tuple[str, ...] = ()         # pinned input classes its cases draw on request (Cell.condition)
 
     def busbw_factor(self, n: int) -> float:
         """nccl-tests' bus-bandwidth factor on n ranks (simgpu.collective_facts keeps it once)."""
         return bus_factor(self.name, n)
 
+
+# Members a pinned input class needs: arrival, a root and two others that can arrive out of order;
+# latecomer, two (one arrives last).
+CONDITION_MIN_MEMBERS = {"arrival": 3, "latecomer": 2}
 
 SPECS: dict[str, CollectiveSpec] = {}
 

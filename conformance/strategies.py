@@ -1,9 +1,14 @@
 """Hypothesis strategies for the inputs that matter: odd and zero sizes, every dtype, special values,
-non-contiguous layouts, views at a storage offset, every root, uneven splits, subgroups in any order.
+full-mantissa floats and sums at rounding ties, tensors past 1 MiB per rank, non-contiguous layouts,
+views at a storage offset, every root, uneven splits, subgroups in any order.
 
+Arrays hypothesis cannot draw element by element (full-mantissa values, ties across ranks, megabytes)
+are built by NumPy from a drawn seed: hypothesis still chooses (and shrinks) the seed.
 Everything here runs in the controller (the pytest process); ranks only see the drawn Case.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from hypothesis import strategies as st
@@ -42,8 +47,111 @@ def _float_elements(dtype: DType, op: str | None) -> st.SearchStrategy[float]:
     return st.one_of(moderate, moderate, moderate, edge, specials)
 
 
+SEEDS = st.integers(0, 2**32 - 1)
+# Exponents of full-mantissa draws: moderate magnitudes, sums of a few stay finite; for ties, half an ulp
+# of the smallest drawn value is still a normal number (2**(e - p) >= tiny).
+EXPONENTS = {"float16": (-3, 9), "bfloat16": (-8, 9), "float32": (-8, 9), "float64": (-8, 9),
+             "complex64": (-8, 9), "float8_e4m3fn": (-2, 6), "float8_e5m2": (-6, 9)}
+
+
+def precision(dtype: DType) -> int:
+    """p: significand bits of a floating dtype, the implicit one included (u = 2**-p)."""
+    return round(-math.log2(dtype.unit_roundoff))
+
+
+def _mantissas(rng: np.random.Generator, dtype: DType, size: int, low: int, high: int) -> np.ndarray:
+    """Signed values 2**e * (1 + m / 2**(p-1)) with every fraction bit m drawn, e in [low, high] (float64)."""
+    p = precision(dtype)
+    fraction = rng.integers(0, 2 ** (p - 1), size, dtype=np.int64) / 2.0 ** (p - 1)
+    exponent = rng.integers(low, high + 1, size)
+    return rng.choice([-1.0, 1.0], size) * np.ldexp(1.0 + fraction, exponent)
+
+
+def _as_dtype(values64: np.ndarray, dtype: DType, shape: tuple[int, ...]) -> np.ndarray:
+    if dtype.kind == "complex":
+        half = values64.size // 2
+        return (values64[:half] + 1j * values64[half:]).astype(np.complex64).reshape(shape)
+    return representable(values64.reshape(shape), dtype)
+
+
+def full_mantissa(dtype_name: str, shape: tuple[int, ...], op: str | None, seed: int) -> np.ndarray:
+    """Values with every mantissa bit drawn (a quarter of them zeros of either sign), so that sums and
+    products round: small integers and halves add up exactly and hide a backend that rounds wrong.
+    PRODUCT: magnitudes in [0.5, 2), half of them powers of two (exact factors)."""
+    dtype = DTYPES[dtype_name]
+    rng = np.random.default_rng(seed)
+    size = int(np.prod(shape)) * (2 if dtype.kind == "complex" else 1)
+    if op == "product":
+        drawn = _mantissas(rng, dtype, size, -1, 0)
+        powers = rng.choice([-2.0, -1.0, -0.5, 0.5, 1.0, 2.0], size)
+        drawn = np.where(rng.random(size) < 0.5, powers, drawn)
+    else:
+        drawn = _mantissas(rng, dtype, size, *EXPONENTS[dtype_name])
+    zeros = rng.random(size) < 0.25
+    drawn = np.where(zeros, rng.choice([-0.0, 0.0], size), drawn)
+    return _as_dtype(drawn, dtype, shape)
+
+
+def tied_contributions(dtype_name: str, shape: tuple[int, ...], n: int, seed: int) -> list[np.ndarray]:
+    """n contributions whose sum sits exactly halfway between two neighbours of the dtype, at every element:
+    one rank holds s (full mantissa), another half an ulp of s (either sign), the others zeros of either sign.
+    Every order of summation rounds once, at the tie: round-half-to-even is the one right answer."""
+    dtype = DTYPES[dtype_name]
+    rng = np.random.default_rng(seed)
+    size = int(np.prod(shape)) * (2 if dtype.kind == "complex" else 1)
+    s = _mantissas(rng, dtype, size, *EXPONENTS[dtype_name])
+    half_ulp = np.ldexp(1.0, np.frexp(s)[1] - 1 - precision(dtype)) * rng.choice([-1.0, 1.0], size)
+    parts = np.where(rng.random((n, size)) < 0.5, -0.0, 0.0)
+    holder = rng.integers(0, n, size)
+    parts[holder, np.arange(size)] = s
+    if n > 1:
+        other = (holder + rng.integers(1, n, size)) % n
+        parts[other, np.arange(size)] = half_ulp
+    return [_as_dtype(part, dtype, shape) for part in parts]
+
+
+MIB = 1 << 20
+
+
+def large_numel(dtype_name: str) -> st.SearchStrategy[int]:
+    """Elements of a tensor past 1 MiB of the dtype: 1 to 3 whole MiB and an odd number of elements more,
+    so that every backend's last chunk (NCCL's steps and channels, gloo's ring segments) is a partial one."""
+    itemsize = max(1, DTYPES[dtype_name].bits // 8)
+    return st.tuples(st.sampled_from([1, 1, 2, 3]), st.integers(0, 2047)).map(
+        lambda t: t[0] * MIB // itemsize + 2 * t[1] + 1)
+
+
+def large_arrays(dtype_name: str, shapes_: list[tuple[int, ...]], op: str | None, seed: int) -> list[np.ndarray]:
+    """Arrays of the given shapes for large cases, built from one seed: integers over the whole range for
+    integer dtypes; small integers for floats (sums exact, cheap to check, every element told apart);
+    PRODUCT: +-1 and +-2 (products of a few stay exact)."""
+    dtype = DTYPES[dtype_name]
+    rng = np.random.default_rng(seed)
+    out = []
+    for shape in shapes_:
+        if dtype.kind == "bool":
+            out.append(rng.random(shape) < 0.5)
+        elif dtype.kind in ("int", "uint"):
+            info = np.iinfo(dtype.carrier)
+            out.append(rng.integers(info.min, info.max, shape, dtype=dtype.carrier, endpoint=True))
+        else:
+            pool = [-2.0, -1.0, 1.0, 2.0] if op == "product" else np.arange(-8.0, 9.0)
+            drawn = rng.choice(pool, shape)
+            if dtype.kind == "complex":
+                drawn = drawn + 1j * rng.choice(pool, shape)
+            out.append(drawn.astype(np.complex64) if dtype.kind == "complex" else representable(drawn, dtype))
+    return out
+
+
+def large_values(dtype_name: str, shapes_: list[tuple[int, ...]], op: str | None = None
+                 ) -> st.SearchStrategy[list[np.ndarray]]:
+    """One array per shape, past 1 MiB each in a large case (large_arrays, from a drawn seed)."""
+    return SEEDS.map(lambda seed: large_arrays(dtype_name, shapes_, op, seed))
+
+
 def values(dtype_name: str, shape: tuple[int, ...], op: str | None = None) -> st.SearchStrategy[np.ndarray]:
-    """An array of `shape` whose values `dtype_name` represents exactly (carried as its carrier dtype)."""
+    """An array of `shape` whose values `dtype_name` represents exactly (carried as its carrier dtype):
+    floats are hypothesis's elements (specials, edges, moderate values) or, as often, full-mantissa values."""
     dtype = DTYPES[dtype_name]
     if dtype.kind == "bool":  # the background is True half the time: several ranks' Trues meet in a reduction
         return hnp.arrays(np.bool_, shape, elements=st.booleans(), fill=st.booleans())
@@ -55,15 +163,22 @@ def values(dtype_name: str, shape: tuple[int, ...], op: str | None = None) -> st
         return hnp.arrays(dtype.carrier, shape, elements=elements)
     if dtype.kind == "complex":
         parts = _float_elements(DTYPES["float32"], op)
-        return hnp.arrays(np.complex64, shape, elements=st.builds(complex, parts, parts))
+        drawn = hnp.arrays(np.complex64, shape, elements=st.builds(complex, parts, parts))
+        return st.one_of(drawn, SEEDS.map(lambda seed: full_mantissa(dtype_name, shape, op, seed)))
     elements = _float_elements(dtype, op)
     carrier = np.float16 if dtype.name == "float16" else np.float64 if dtype.name == "float64" else np.float32
-    return hnp.arrays(carrier, shape, elements=elements).map(lambda a: representable(a, dtype))
+    drawn = hnp.arrays(carrier, shape, elements=elements).map(lambda a: representable(a, dtype))
+    return st.one_of(drawn, SEEDS.map(lambda seed: full_mantissa(dtype_name, shape, op, seed)))
 
 
 def per_rank_values(dtype_name: str, shape: tuple[int, ...], n: int, op: str | None = None
                     ) -> st.SearchStrategy[list[np.ndarray]]:
-    return st.lists(values(dtype_name, shape, op), min_size=n, max_size=n)
+    """n contributions of `shape`: drawn independently or, for a floating SUM, as often a sum at a rounding
+    tie at every element (tied_contributions)."""
+    independent = st.lists(values(dtype_name, shape, op), min_size=n, max_size=n)
+    if op == "sum" and DTYPES[dtype_name].is_float:
+        return st.one_of(independent, SEEDS.map(lambda seed: tied_contributions(dtype_name, shape, n, seed)))
+    return independent
 
 
 def world_sizes(sizes: list[int]) -> st.SearchStrategy[int]:
@@ -76,7 +191,7 @@ def subgroups(world_size: int, min_size: int = 1) -> st.SearchStrategy[tuple[int
     """None (the default group) or a strict subset of ranks for new_group, listed in any order; from three
     ranks on, most subsets have several members and are not ranks 0..k-1. So group rank j (the j-th
     smallest global rank) often differs from global rank j and from position j of the list given."""
-    if world_size < 2:
+    if world_size < 2 or min_size >= world_size:
         return st.none()
     ranks = st.integers(0, world_size - 1)
     subsets = st.sets(ranks, min_size=min_size, max_size=world_size - 1)

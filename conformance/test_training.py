@@ -33,7 +33,7 @@ def test_training_property(name: str, dtype: str, conformance) -> None:  # noqa:
                                   run.result.detail)
         if run.result.failed:
             reproduce = reproduce_line(conformance.backend, conformance.backend_module, f"{name}-{dtype}",
-                                       conformance.effort)
+                                       conformance.effort, conformance.config.getoption("--backend-profile"))
             raise AssertionError(f"{run.result.outcome}: {prop.doc}\n" + "\n".join(f"  {ln}" for ln in run.lines)
                                  + f"\n  case: {case.summary()}\n  ranks ran on: {conformance.where()}"
                                  f"\n  reproduce: {reproduce}")

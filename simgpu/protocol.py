@@ -40,9 +40,16 @@ class UnreadableReply(Exception):
 
 
 def payloads(fn: Callable[..., Any], per_rank_args: list[tuple]) -> list[bytes]:
-    """Pickle every rank's call before sending any, naming the rank whose arguments cannot be pickled."""
-    out = []
+    """Pickle every rank's call before sending any, naming the rank whose arguments cannot be pickled.
+
+    Ranks given the very same arguments (RankPool.run) share one pickle, so a conformance case of megabytes
+    is pickled once, unless it passes something a process may take only once: a file descriptor or shared
+    memory handed over by multiprocessing's or torch's reducers (a tensor argument), pickled per rank."""
+    out: list[bytes] = []
     for rank, args in enumerate(per_rank_args):
+        if rank and args is per_rank_args[rank - 1] and not _takes_handles(out[-1]):
+            out.append(out[-1])
+            continue
         try:
             out.append(bytes(ForkingPickler.dumps((fn, tuple(args)))))
         except Exception as exc:
@@ -50,6 +57,12 @@ def payloads(fn: Callable[..., Any], per_rank_args: list[tuple]) -> list[bytes]:
                             f"{short_repr(args)} cannot be pickled ({type(exc).__name__}: {exc}); nothing was sent"
                             ) from exc
     return out
+
+
+def _takes_handles(pickled: bytes) -> bool:
+    """Whether a pickle rebuilds something through a one-time handle (resource_sharer's file descriptors,
+    torch's shared-memory storages): then every rank needs a pickle of its own."""
+    return b"resource_sharer" in pickled or b"torch.multiprocessing" in pickled
 
 
 def short_repr(obj: Any) -> str:

@@ -16,12 +16,23 @@ with exactly one defect that only that class of input triggers, registered under
   tagblind     the simulator as it is (tags ignored, NCCL's posting order) but registered without a
                table: probed, it is held to torch's contract that a receive gets the send with its tag
 
+Issue 32's, registered without a table: the tests claim NCCL's with --backend-profile=nccl.
+  chunktail    a tensor past 1 MiB gets everything but its last, partial MiB (the tail keeps what it held)
+  roundzero    float16 SUM (all_reduce, reduce, reduce_scatter*) rounds toward zero instead of to nearest
+  emptyrefusal refuses every call whose tensors all have zero elements, the same way on every rank: a
+               probed backend gets away with it (`unsup`); one that claims a table must not
+  arrivalorder gather fills the root's slots in the order the members' data arrives, not by rank
+  skipzero     barrier: the members other than group rank 0 leave once the others have arrived, without
+               waiting for rank 0
+  passthrough  the simulator as it is: the faithful pass-through the differential tests compare with
+
 Run one with `pytest conformance --backend=offsetblind --backend-module=tests.broken_backends`.
 Importing this module registers them all (ranks import it before init_process_group).
 """
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 from typing import Any, Callable
 
@@ -29,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from conformance.backends import hold_to
-from simgpu.backend import SimProcessGroup
+from simgpu.backend import SimProcessGroup, SimWork
 
 Tensor = torch.Tensor
 COLLECTIVES = ("allreduce", "reduce", "broadcast", "allgather", "all_gather_single", "gather", "scatter",
@@ -184,7 +195,241 @@ class TagBlind(SimProcessGroup):
         return self.name
 
 
-BROKEN = {cls.name: cls for cls in (OffsetBlind, OffsetSpill, GlobalSlots, TagMatch, BoolBytes, TagBlind)}
+class PassThrough(SimProcessGroup):
+    """No defect: the simulator under another name (the differential tests' faithful pass-through)."""
+
+    name = "passthrough"
+
+    def getBackendName(self) -> str:  # noqa: N802
+        return self.name
+
+
+CHUNK_BYTES = 1 << 20
+
+# where each method keeps the tensors it writes (args as torch passes them)
+OUTPUTS: dict[str, Callable[..., list[Tensor]]] = {
+    "allreduce": lambda tensors, *_: list(tensors),
+    "broadcast": lambda tensors, *_: list(tensors),
+    "reduce": lambda tensors, *_: list(tensors),
+    "allgather": lambda output_lists, *_: [t for lst in output_lists for t in lst],
+    "all_gather_single": lambda output, *_: [output],
+    "reduce_scatter": lambda outputs, *_: list(outputs),
+    "reduce_scatter_single": lambda output, *_: [output],
+    "alltoall": lambda outputs, *_: list(outputs),
+    "all_to_all_single": lambda output, *_: [output],
+    "gather": lambda output_lists, *_: [t for lst in output_lists for t in lst],
+    "scatter": lambda outputs, *_: list(outputs),
+    "recv": lambda tensors, *_: list(tensors),
+}
+ALIASES = {"_allgather_base": "all_gather_single", "_reduce_scatter_base": "reduce_scatter_single",
+           "alltoall_base": "all_to_all_single"}  # the names older torch calls
+
+
+def _past_last_whole_chunk(t: Tensor) -> Tensor | None:
+    """The elements of t after its last whole MiB (None: t fits in one chunk, or ends on a chunk)."""
+    size = t.element_size()
+    if not t.is_contiguous() or t.numel() * size <= CHUNK_BYTES:
+        return None
+    whole = t.numel() * size // CHUNK_BYTES * CHUNK_BYTES // size
+    return t.reshape(-1)[whole:] if whole < t.numel() else None
+
+
+class ChunkTail(SimProcessGroup):
+    """Defect: the last, partial chunk of a tensor past 1 MiB is never written (it keeps what it held)."""
+
+    name = "chunktail"
+
+    def getBackendName(self) -> str:  # noqa: N802
+        return self.name
+
+
+def _dropping_tail(method: str) -> Callable[..., Any]:
+    inner = getattr(SimProcessGroup, method)
+
+    def call(self: ChunkTail, *args: Any, **kwargs: Any) -> Any:
+        tails = [tail for t in OUTPUTS[method](*args) for tail in [_past_last_whole_chunk(t)] if tail is not None]
+        held = [tail.clone() for tail in tails]
+        work = inner(self, *args, **kwargs)
+        if not tails:
+            return work
+
+        def restore() -> None:
+            for tail, old in zip(tails, held):
+                tail.copy_(old)
+        return SimWork(work, work.result(), restore)
+
+    call.__name__ = method
+    return call
+
+
+for _method in OUTPUTS:
+    setattr(ChunkTail, _method, _dropping_tail(_method))
+for _alias, _method in ALIASES.items():
+    setattr(ChunkTail, _alias, getattr(ChunkTail, _method))
+
+
+def _toward_zero(wide: Tensor) -> Tensor:
+    """float32 -> float16 rounded toward zero (the defect) instead of to nearest."""
+    half = wide.to(torch.float16)
+    away = half.float().abs() > wide.abs()  # rounded up in magnitude: one ulp back (sign-magnitude bits)
+    bits = half.view(torch.int16).clone()
+    bits[away] -= 1
+    return bits.view(torch.float16)
+
+
+class RoundZero(SimProcessGroup):
+    """Defect: float16 SUM adds in float32 and rounds the result toward zero (all_reduce, reduce,
+    reduce_scatter, reduce_scatter_tensor/_single); other dtypes and ops are the simulator's."""
+
+    name = "roundzero"
+
+    def getBackendName(self) -> str:  # noqa: N802
+        return self.name
+
+    @staticmethod
+    def _defective(tensors: list[Tensor], opts: Any) -> bool:
+        return opts.reduceOp == dist.ReduceOp.SUM and all(
+            t.dtype == torch.float16 and t.is_contiguous() for t in tensors)
+
+    def allreduce(self, tensors: list[Tensor], opts: Any) -> Any:
+        if not self._defective(tensors, opts):
+            return super().allreduce(tensors, opts)
+        wide = tensors[0].float()
+        super().allreduce([wide], opts).wait()
+        tensors[0].copy_(_toward_zero(wide))
+        return SimWork(None, tensors)
+
+    def reduce(self, tensors: list[Tensor], opts: Any) -> Any:
+        if not self._defective(tensors, opts):
+            return super().reduce(tensors, opts)
+        wide = tensors[0].float()
+        super().reduce([wide], opts).wait()
+        if self.rank() == opts.rootRank:
+            tensors[0].copy_(_toward_zero(wide))
+        return SimWork(None, tensors)
+
+    def reduce_scatter(self, outputs: list[Tensor], input_lists: list[list[Tensor]], opts: Any) -> Any:
+        if not self._defective(outputs + [t for lst in input_lists for t in lst], opts):
+            return super().reduce_scatter(outputs, input_lists, opts)
+        wide = [o.float() for o in outputs]
+        super().reduce_scatter(wide, [[t.float() for t in lst] for lst in input_lists], opts).wait()
+        for o, w in zip(outputs, wide):
+            o.copy_(_toward_zero(w))
+        return SimWork(None, outputs)
+
+    def reduce_scatter_single(self, output: Tensor, input: Tensor, opts: Any) -> Any:  # noqa: A002
+        if not self._defective([output, input], opts):
+            return super().reduce_scatter_single(output, input, opts)
+        wide = output.float()
+        super().reduce_scatter_single(wide, input.float(), opts).wait()
+        output.copy_(_toward_zero(wide))
+        return SimWork(None, [output])
+
+    _reduce_scatter_base = reduce_scatter_single
+
+
+# every tensor a call takes, for the calls whose tensors have the same shapes on every rank (so a refusal
+# of all-empty calls is the same on every rank); all_to_all's pieces differ per rank and are not refused
+TENSORS: dict[str, Callable[..., list[Tensor]]] = {
+    "allreduce": lambda tensors, *_: list(tensors),
+    "broadcast": lambda tensors, *_: list(tensors),
+    "reduce": lambda tensors, *_: list(tensors),
+    "allgather": lambda output_lists, inputs, *_: [t for lst in output_lists for t in lst] + list(inputs),
+    "all_gather_single": lambda output, input, *_: [output, input],  # noqa: A002
+    "reduce_scatter": lambda outputs, input_lists, *_: list(outputs) + [t for lst in input_lists for t in lst],
+    "reduce_scatter_single": lambda output, input, *_: [output, input],  # noqa: A002
+    "gather": lambda output_lists, inputs, *_: [t for lst in output_lists for t in lst] + list(inputs),
+    "scatter": lambda outputs, input_lists, *_: list(outputs) + [t for lst in input_lists for t in lst],
+    "send": lambda tensors, *_: list(tensors),
+    "recv": lambda tensors, *_: list(tensors),
+}
+
+
+class EmptyRefusal(SimProcessGroup):
+    """Defect: a call whose tensors all have zero elements raises, the same way on every rank."""
+
+    name = "emptyrefusal"
+
+    def getBackendName(self) -> str:  # noqa: N802
+        return self.name
+
+
+def _refusing_empty(method: str) -> Callable[..., Any]:
+    inner = getattr(SimProcessGroup, method)
+
+    def call(self: EmptyRefusal, *args: Any, **kwargs: Any) -> Any:
+        tensors = TENSORS[method](*args)
+        if tensors and all(t.numel() == 0 for t in tensors):
+            raise RuntimeError(f"emptyrefusal: {method} of zero-element tensors is not supported")
+        return inner(self, *args, **kwargs)
+
+    call.__name__ = method
+    return call
+
+
+for _method in TENSORS:
+    setattr(EmptyRefusal, _method, _refusing_empty(_method))
+for _alias, _method in ALIASES.items():
+    if _method in TENSORS:
+        setattr(EmptyRefusal, _alias, getattr(EmptyRefusal, _method))
+
+
+class ArrivalOrder(SimProcessGroup):
+    """Defect: gather fills the root's slots in the order the other members' data arrives (receive from
+    any source), not in group-rank order: right whenever they happen to arrive in rank order."""
+
+    name = "arrivalorder"
+    TAG = 7331
+
+    def getBackendName(self) -> str:  # noqa: N802
+        return self.name
+
+    def gather(self, output_lists: list[list[Tensor]], inputs: list[Tensor], opts: Any) -> Any:
+        t, root = inputs[0], opts.rootRank
+        if self.size() == 1 or t.numel() == 0 or not t.is_contiguous():
+            return super().gather(output_lists, inputs, opts)
+        payload = t.reshape(-1).view(torch.uint8)
+        if self.rank() != root:
+            self.gloo.send([payload.contiguous()], root, self.TAG).wait()
+            return SimWork(None, [])
+        slots = output_lists[0]
+        slots[root].copy_(t)
+        for j in [k for k in range(self.size()) if k != root]:  # the next to arrive takes the next free slot
+            buffer = torch.empty_like(payload)
+            self.gloo.recv_anysource([buffer], self.TAG).wait()
+            slots[j].copy_(buffer.view(t.dtype).view(t.shape))
+        return SimWork(None, slots)
+
+
+class SkipZero(SimProcessGroup):
+    """Defect: barrier lets the members other than group rank 0 go once the others have all arrived; rank 0
+    itself waits for everyone. Wrong only when rank 0 is the last to arrive."""
+
+    name = "skipzero"
+
+    def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta, *args: Any, **kwargs: Any):
+        super().__init__(store, rank, size, timeout, *args, **kwargs)
+        self._arrivals = dist.PrefixStore("skipzero/", store)
+        self._round = 0
+
+    def getBackendName(self) -> str:  # noqa: N802
+        return self.name
+
+    def barrier(self, opts: Any = None) -> Any:
+        self._round += 1
+        key = f"arrived/{self._round}"
+        if self.rank() != 0:
+            self._arrivals.add(key, 1)
+        deadline = time.monotonic() + self._timeout_s
+        while self._arrivals.add(key, 0) < self.size() - 1:  # the members other than rank 0
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"skipzero: barrier round {self._round} timed out")
+            time.sleep(0.001)
+        return SimWork(None, [])
+
+
+BROKEN = {cls.name: cls for cls in (OffsetBlind, OffsetSpill, GlobalSlots, TagMatch, BoolBytes, TagBlind,
+                                    ChunkTail, RoundZero, EmptyRefusal, ArrivalOrder, SkipZero, PassThrough)}
 HELD_TO_NCCL = ("offsetblind", "offsetspill", "globalslots", "tagmatch", "boolbytes")
 
 

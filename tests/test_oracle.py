@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.dtypes import DTYPES
+from conformance.dtypes import DTYPES, representable
 from conformance.oracle import check_exact_copy, check_reduction, exact_reduce
 
 NAN, INF = float("nan"), float("inf")
@@ -164,11 +164,12 @@ def _check64(value: float, inputs: list[np.ndarray], op: str, dtype: str, factor
     ("float32", [1000.0, -3.5, 0.125, 7.0]),
     ("float16", [1.0, 1.0, 2.0]),
     ("float16", [1024.0, -1024.0, 2048.0]),
-    ("bfloat16", [3.0, 5.0]),
+    ("bfloat16", [3.0, 5.0, 1.5]),
     ("float64", [1.0, 2.0, 4.0, 8.0]),
 ])
 def test_sum_bound_edge_in_float64(dtype: str, values: list[float]) -> None:
-    """|y - S| <= (n-1) u sum|x| + (n-1) tiny: exactly at the edge passes, the next float64 beyond fails."""
+    """|y - S| <= (n-1) u sum|x| + (n-1) tiny: exactly at the edge passes, the next float64 beyond fails
+    (three non-zero terms or more: with two, one rounding is all and the tolerance is zero, below)."""
     d = DTYPES[dtype]
     n = len(values)
     inputs = [np.array([v], dtype=d.carrier) for v in values]
@@ -196,6 +197,50 @@ def test_sum_bound_edge_in_the_dtype(dtype: str, np_dtype: type) -> None:
         assert check_reduction(np.array([ok_value]), inputs, "sum", DTYPES[dtype], "nccl").ok, ok_value
     for bad_value in (up2, down3):
         assert not check_reduction(np.array([bad_value]), inputs, "sum", DTYPES[dtype], "nccl").ok, bad_value
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2"])
+def test_two_terms_are_rounded_once_to_nearest_even(dtype: str) -> None:
+    """At most two non-zero terms: one rounding in any order, so only RN(a + b) passes; at a tie the even
+    neighbour, never the one toward zero when that is odd (a backend that rounds toward zero fails)."""
+    d = DTYPES[dtype]
+    p = round(-np.log2(d.unit_roundoff))
+    odd = 1.0 + 2.0 ** (1 - p)            # 1 + one ulp: its last bit is odd
+    half_ulp = 2.0 ** -p
+    inputs = [np.array([x], dtype=d.carrier) for x in (odd, 0.0, half_ulp, -0.0)]
+    up = 1.0 + 2.0 ** (2 - p)              # the tie odd + half an ulp goes to the even neighbour, up
+    assert _check64(up, inputs, "sum", dtype)
+    assert not _check64(odd, inputs, "sum", dtype)  # toward zero: one rounding, the wrong way
+    assert not _check64(float(np.nextafter(up, INF)), inputs, "sum", dtype)
+    # the same for a negative sum, and for a sum that is not a tie: a + b three quarters of an ulp up
+    negative = [-x for x in inputs]
+    assert _check64(-up, negative, "sum", dtype) and not _check64(-odd, negative, "sum", dtype)
+    three_quarters = [np.array([x], dtype=d.carrier) for x in (1.0, 0.75 * 2.0 ** (1 - p))]
+    if float(representable(three_quarters[1], d)[0]) == 0.75 * 2.0 ** (1 - p):
+        assert _check64(odd, three_quarters, "sum", dtype) and not _check64(1.0, three_quarters, "sum", dtype)
+
+
+def test_a_subnormal_term_keeps_the_bound() -> None:
+    """A backend may flush subnormals: with one among the terms, the bound applies, not correct rounding."""
+    d = DTYPES["float32"]
+    inputs = [np.array([1.0], np.float32), np.array([d.tiny / 4], np.float32)]
+    assert _check64(1.0, inputs, "sum", "float32")
+
+
+def test_product_of_two_factors_and_powers_of_two_is_rounded_once() -> None:
+    """Factors that are powers of two scale exactly: 1.1 * 1.3 * 2 * 0.5 is RN(1.1 * 1.3) in float32, and
+    a PRODUCT through logarithms (a few ulps off) fails, while three such factors keep the gamma bound."""
+    f32 = np.float32
+    a, b = f32(1.1), f32(1.3)
+    inputs = [np.array([x], f32) for x in (a, b, f32(2.0), f32(0.5))]
+    right = float(f32(float(a) * float(b)))
+    assert _check64(right, inputs, "product", "float32")
+    assert not _check64(float(np.nextafter(f32(right), f32(INF))), inputs, "product", "float32")
+    logs = float(np.exp(np.log(a) + np.log(b) + np.log(f32(2.0)) + np.log(f32(0.5))).astype(f32))
+    assert logs != right and not _check64(logs, inputs, "product", "float32")
+    three = inputs[:2] + [np.array([f32(1.7)], f32)]
+    exact = float(a) * float(b) * float(f32(1.7))
+    assert _check64(float(np.nextafter(f32(exact), f32(INF))), three, "product", "float32")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
@@ -346,9 +391,13 @@ def test_complex_sum_checked_componentwise() -> None:
     assert reduce_ok([4 + 1j, 0 + 2j], inputs, "sum", "complex64")
     assert not reduce_ok([4 - 1j, 0 + 2j], inputs, "sum", "complex64")         # conjugated
     assert not reduce_ok([1 + 4j, 0 + 2j], inputs, "sum", "complex64")         # parts swapped
-    # the real part may be off by up to u * 2e6 ~ 0.12 (cancellation), the imaginary part only by ~2e-7:
-    assert reduce_ok([4 + 1j, 0.1 + 2j], inputs, "sum", "complex64")
-    assert not reduce_ok([4 + 1j, 0 + 2.01j], inputs, "sum", "complex64")
+    # two terms per component: one rounding, so 1e6 - 1e6 is exactly 0, not "0 within u * 2e6"
+    assert not reduce_ok([4 + 1j, 0.1 + 2j], inputs, "sum", "complex64")
+    # with a third term the bound applies per component: the real part may be off by up to 2 u * 2e6 ~ 0.24
+    # (cancellation), the imaginary part only by ~4e-7
+    three = arrs("complex64", [1 + 2j, 1e6 + 1j], [3 - 1j, -1e6 + 1j], [0.5 + 0.5j, 0.25 + 0.5j])
+    assert reduce_ok([4.5 + 1.5j, 0.35 + 2.5j], three, "sum", "complex64")
+    assert not reduce_ok([4.5 + 1.5j, 0.25 + 2.51j], three, "sum", "complex64")
 
 
 def test_shape_mismatch_rejected() -> None:

@@ -26,6 +26,8 @@ def _scenarios(reports: Path) -> dict[str, list[str]]:
         "nccl": ["--backend=nccl"],
         "bad_module": ["--backend-module=nonexistent.module"],
         "world9": ["--max-world-size", "9"],
+        "profile_builtin": ["--backend=gloo", "--backend-profile=nccl"],
+        "profile_conflict": ["--backend=offsetblind", "--backend-module=tests.broken_backends", "--backend-profile=gloo"],
         "wrongsum": ["--backend=wrongsum", "--backend-module=tests.wrong_backend",
                      "-k", " or ".join(f"[{cell}]" for cell in WRONG_CELLS), "--report-dir", str(reports / "wrongsum"), *common],
         "gloo": ["--backend=gloo", "-k", "[broadcast-float32] or barrier",
@@ -73,6 +75,16 @@ def test_nccl_without_gpus_says_it_needs_gpus(tmp_path: Path) -> None:
 def test_backend_module_that_does_not_import(tmp_path: Path) -> None:
     line = _usage_error(tmp_path, "bad_module")
     assert "nonexistent.module" in line and "ModuleNotFoundError" in line
+
+
+def test_backend_profile_on_a_builtin_backend_is_a_usage_error(tmp_path: Path) -> None:
+    line = _usage_error(tmp_path, "profile_builtin")
+    assert "--backend-profile" in line and "--backend=gloo" in line
+
+
+def test_backend_profile_that_contradicts_the_module_s_claim_is_a_usage_error(tmp_path: Path) -> None:
+    line = _usage_error(tmp_path, "profile_conflict")
+    assert "--backend-profile=gloo" in line and "'nccl'" in line and "offsetblind" in line
 
 
 def test_max_world_size_above_eight_is_a_usage_error(tmp_path: Path) -> None:

@@ -48,6 +48,24 @@ def test_per_rank_args(pool: RankPool) -> None:
         pool.run_per_rank(rank_fns.echo, [("only one",)])
 
 
+def test_the_same_arguments_are_pickled_once_unless_they_pass_handles(pool: RankPool) -> None:
+    """pool.run gives every rank the same arguments: one pickle for all (a conformance case of megabytes),
+    except where the pickle hands over a file descriptor a process may take only once (a tensor): then one
+    each, and every rank still gets its tensor."""
+    import torch
+
+    from simgpu import protocol
+
+    big = {"data": list(range(1000))}
+    shared = protocol.payloads(rank_fns.echo, [(big,)] * 3)
+    assert shared[0] is shared[1] is shared[2]
+    tensor = torch.arange(4.0)
+    own = protocol.payloads(rank_fns.echo, [(tensor,)] * 2)
+    assert own[0] is not own[1]
+    outcomes = pool.run(rank_fns.echo, tensor)
+    assert all(o.ok and o.value[1].tolist() == [0.0, 1.0, 2.0, 3.0] for o in outcomes), [o.describe() for o in outcomes]
+
+
 def test_exception_on_one_rank_is_reported_not_fatal(pool: RankPool) -> None:
     pids = pool.pids() or [o.value["pid"] for o in pool.run(rank_fns.whoami)]
     outcomes = pool.run(rank_fns.raise_on, 1, "rank one is unhappy")

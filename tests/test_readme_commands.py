@@ -31,7 +31,8 @@ TORCHRUN = "simgpu run --gpus 4 torchrun --nproc-per-node 4 examples/programs/dd
 FIXTURE = "pytest examples/test_my_allreduce.py -v"
 SUITE_SIM = "pytest conformance --backend=sim -n 2"
 SUITE_GLOO = "pytest conformance --backend=gloo -k all_reduce-float32-sum"
-SUITE_MINE = "pytest conformance --backend=mine --backend-module=examples.my_backend -k all_reduce-int32-sum"
+SUITE_MINE = ("pytest conformance --backend=mine --backend-module=examples.my_backend --backend-profile=gloo "
+              "-k all_reduce-float32-sum")
 TOX = "pip install -q tox && tox -e torch213"
 GPU_SUITE = ("python -m pip install --no-deps --no-build-isolation -e . && "
              "python -m pytest conformance --backend=nccl -n 2")

@@ -14,10 +14,11 @@ from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
 from conformance.backends import GLOO, NCCL
-from conformance.dtypes import DTYPES, to_numpy, to_torch
+from conformance.dtypes import DTYPES, representable, to_numpy, to_torch
 from conformance.spec import Cell, all_specs
-from conformance.strategies import layouts, shapes, split_sizes, subgroups, values
+from conformance.strategies import layouts, per_rank_values, precision, shapes, split_sizes, subgroups, values
 from conformance.tensors import empty, is_contiguous_layout, make
+from tests.tiers import first_then_full
 
 # no shrinking: the first example with the property is proof enough (and much faster)
 SEARCH = settings(max_examples=3000, database=None, deadline=None, phases=(Phase.generate,))
@@ -314,3 +315,117 @@ def test_all_gather_reaches_uneven_sizes_with_empty_pieces() -> None:
 @settings(MANY)
 def test_all_gather_uneven_flag_matches_the_inputs(case) -> None:  # noqa: ANN001
     assert case.params["uneven"] == (len({x.shape for x in case.inputs}) > 1)
+
+
+# ----------------------------------------------------------------------------- pinned input classes (issue 32)
+LARGE_COLLECTIVES = sorted(name for name, spec in all_specs().items() if "large" in spec.conditions)
+FEW = settings(max_examples=4, database=None, deadline=None, phases=(Phase.generate,),
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def _numel(x) -> int:  # noqa: ANN001 - an array or a (nested) list of them: one rank's tensors
+    return int(x.size) if isinstance(x, np.ndarray) else sum(_numel(y) for y in x)
+
+
+def test_every_collective_with_tensors_draws_large_cases() -> None:
+    """Every c10d collective that moves tensors has the large class (the modern families draw their own)."""
+    assert set(LARGE_COLLECTIVES) >= {"all_reduce", "reduce", "broadcast", "gather", "scatter", "all_gather",
+                                      "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
+                                      "all_to_all", "all_to_all_single", "send_recv", "isend_irecv",
+                                      "batch_isend_irecv"}
+
+
+@pytest.mark.parametrize("collective", LARGE_COLLECTIVES)
+@pytest.mark.parametrize("dtype", first_then_full(["int8", "bfloat16", "float64"], ["int8", "bfloat16", "float64"]))
+def test_large_cases_reach_past_one_mib_per_rank_with_odd_remainders(collective: str, dtype: str) -> None:
+    """Every rank's tensors hold more than 1 MiB (each element counted at the dtype's size, not the
+    carrier's), some tensor ends in a partial chunk of any power-of-two chunk size from 4 KiB up (NCCL's
+    steps and channels, gloo's segments), and the values are exact in the dtype."""
+    spec = all_specs()[collective]
+    op = "sum" if spec.family == "reduce" else None
+    itemsize = DTYPES[dtype].bits // 8
+
+    @given(st.data())
+    @FEW
+    def check(data: st.DataObject) -> None:
+        world = data.draw(st.integers(spec.min_world, 4))
+        case = spec.cases(data.draw, world, Cell(collective, dtype, op, "large"), NCCL)
+        per_rank = [_numel(x) * itemsize for x in case.inputs]
+        assert min(per_rank) > 1 << 20, per_rank
+        assert case.params["bytes_per_rank"] > 1 << 20 and case.layout == "contiguous"
+        arrays = [a for x in case.inputs for a in (x if isinstance(x, list) else [x])]
+        assert any(a.size * itemsize % 4096 for a in arrays)  # a partial last chunk
+        for a in arrays[:2]:
+            assert same_bits(np.asarray(representable(a, DTYPES[dtype])), np.asarray(a))
+
+    check()
+
+
+def test_the_main_property_stays_small() -> None:
+    """Large tensors are the pinned class's alone: the main property's draws stay small (the budget)."""
+    @given(drawn_case("all_reduce", "int8", "sum"))
+    @settings(MANY)
+    def small(case) -> None:  # noqa: ANN001
+        assert "bytes_per_rank" not in case.params and max(x.size for x in case.inputs) <= 49
+
+    small()
+
+
+def _odd_last_bit(a: np.ndarray, dtype: str) -> bool:
+    """Some element's significand uses its last bit: a value with every mantissa bit drawn."""
+    d = DTYPES[dtype]
+    p = precision(d)
+    parts = np.stack([a.real, a.imag]).ravel() if np.iscomplexobj(a) else np.asarray(a, np.float64).ravel()
+    parts = parts[np.isfinite(parts) & (np.abs(parts) >= d.tiny)].astype(np.float64)
+    mantissa, _ = np.frexp(parts)
+    significand = np.ldexp(np.abs(mantissa), p)  # an integer in [2**(p-1), 2**p)
+    return bool((significand % 2 == 1).any())
+
+
+@pytest.mark.parametrize("dtype", FLOATS + ["complex64"])
+def test_values_reach_full_mantissas(dtype: str) -> None:
+    a = found(values(dtype, (16,)), lambda x: _odd_last_bit(x, dtype))
+    assert _odd_last_bit(a, dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + ["complex64"])
+def test_sums_reach_a_rounding_tie_at_every_element(dtype: str) -> None:
+    """per_rank_values for SUM draws contributions whose exact sum lies halfway between two neighbours of
+    the dtype at every element: at most two non-zero terms, and the sum not representable."""
+    d = DTYPES[dtype]
+
+    def tie_everywhere(xs: list) -> bool:
+        real = [np.stack([x.real, x.imag]).ravel().astype(np.float64) if np.iscomplexobj(x)
+                else np.asarray(x, np.float64).ravel() for x in xs]
+        stack = np.stack(real)
+        exact = stack.sum(axis=0)
+        rounded = representable(exact, DTYPES["float32"] if dtype == "complex64" else d).astype(np.float64)
+        return bool(((stack != 0).sum(axis=0) == 2).all() and (rounded != exact).all())
+
+    found(per_rank_values(dtype, (5,), 3, "sum"), tie_everywhere)
+
+
+@given(st.data())
+@settings(MANY)
+def test_arrival_cases_have_the_root_first_and_the_others_out_of_rank_order(data: st.DataObject) -> None:
+    collective = data.draw(st.sampled_from(["gather", "gather_object"]))
+    spec = all_specs()[collective]
+    cell = Cell(collective, "float32" if collective == "gather" else None, None, "arrival")
+    case = spec.cases(data.draw, data.draw(st.integers(3, 4)), cell, NCCL)
+    delays = case.params["arrival"]
+    assert case.size >= 3 and delays[case.root] == 0.0
+    others = sorted((d, j) for j, d in enumerate(delays) if j != case.root)
+    order = [j for _, j in others]
+    assert len({d for d, _ in others}) == len(others) and order != sorted(order)
+    told_apart = case.inputs if collective == "gather" else case.params["objects"]
+    assert len({repr(x.tolist() if hasattr(x, "tolist") else x) for x in told_apart}) == case.size
+
+
+@given(st.data())
+@settings(MANY)
+def test_latecomer_cases_make_every_member_last_once(data: st.DataObject) -> None:
+    spec = all_specs()["barrier"]
+    case = spec.cases(data.draw, data.draw(st.integers(2, 4)), Cell("barrier", None, None, "latecomer"), NCCL)
+    late = [max(range(case.size), key=lambda j: r[j]) for r in case.params["rounds"]]
+    assert case.size >= 2 and sorted(late) == list(range(case.size))
+    assert all(sorted(r)[-2] == 0.0 < max(r) for r in case.params["rounds"])  # one latecomer per round

@@ -12,18 +12,24 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from conformance.collectives.common import (async_verdict, draw_frame, draw_layout, expect, has_dist, members_only,
-                                            output, per_rank, tensor)
+from conformance.collectives.common import (async_verdict, draw_frame, draw_layout, expect, has_dist, large,
+                                            large_inputs, members_only, output, per_rank, tensor)
 from conformance.oracle import Verdict, check_exact_copy
 from conformance.spec import Case, CollectiveSpec, register
-from conformance.strategies import shapes, values
+from conformance.strategies import large_numel, shapes, values
 from conformance.tensors import arrays
 
 
 def list_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
     case = draw_frame(draw, world_size, cell)
-    tail = draw(shapes(min_dims=0, max_dims=1), label="trailing shape")
     uneven = case.size > 1 and draw(st.booleans(), label="uneven")
+    if large(cell):  # every member's tensor past 1 MiB, uneven by a few elements where drawn
+        numel = draw(large_numel(case.dtype), label="large numel")
+        rows = [numel + (2 * draw(st.integers(0, 3)) if uneven else 0) for _ in range(case.size)]
+        case.params["uneven"] = len(set(rows)) > 1
+        case.inputs = large_inputs(draw, case, [(r,) for r in rows], min(rows))
+        return case
+    tail = draw(shapes(min_dims=0, max_dims=1), label="trailing shape")
     rows = [draw(st.integers(0, 4)) for _ in range(case.size)] if uneven else [draw(st.integers(0, 4))] * case.size
     case.params["uneven"] = len(set(rows)) > 1
     in_shapes = [(r, *tail) for r in rows]
@@ -59,14 +65,22 @@ def _failed(verdict: Verdict) -> Verdict | None:
 
 def tensor_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
     case = draw_frame(draw, world_size, cell)
-    shape = draw(shapes(min_dims=1, max_dims=2), label="input shape")
+    if large(cell):
+        numel = draw(large_numel(case.dtype), label="large numel")
+        shape: tuple[int, ...] = (numel,)
+    else:
+        shape = draw(shapes(min_dims=1, max_dims=2), label="input shape")
     case.params["stacked"] = case.size > 1 and draw(st.booleans(), label="stacked output")
     out_shape = (case.size, *shape) if case.params["stacked"] else (case.size * shape[0], *shape[1:])
     case.params["out_shape"] = out_shape
-    draw_layout(draw, case, shape, out_shape)
+    if large(cell):
+        case.inputs = large_inputs(draw, case, [shape] * case.size, shape[0])
+    else:
+        draw_layout(draw, case, shape, out_shape)
     # in place (NCCL user guide): the input is the output's own slot at this rank's offset
     case.params["in_place"] = case.layout == "contiguous" and draw(st.booleans(), label="in place")
-    case.inputs = [draw(values(case.dtype, shape), label=f"input {j}") for j in range(case.size)]
+    if not large(cell):
+        case.inputs = [draw(values(case.dtype, shape), label=f"input {j}") for j in range(case.size)]
     return case
 
 
@@ -102,10 +116,10 @@ def check_tensor(case: Case, me: int, out: dict, flavor: str) -> Verdict:
 register(CollectiveSpec(
     name="all_gather", family="data", cases=list_cases, run=run_list, check=check_list,
     expect=lambda profile, case: expect(profile, case, "uneven" if case.params["uneven"] else ""),
-    doc=__doc__))
+    doc=__doc__, conditions=("large",)))
 for _name, _run in (("all_gather_into_tensor", run_all_gather_into_tensor),
                     ("all_gather_single", run_all_gather_single)):
     register(CollectiveSpec(
         name=_name, family="data", cases=tensor_cases, run=_run, check=per_rank(check_tensor), check_rank=check_tensor,
         expect=lambda profile, case: expect(profile, case, "stacked_output" if case.params["stacked"] else ""),
-        available=has_dist(_name), doc=__doc__))
+        available=has_dist(_name), doc=__doc__, conditions=("large",)))

@@ -32,4 +32,4 @@ def check_rank(case: Case, me: int, out: dict, flavor: str) -> Verdict:
 SPEC = register(CollectiveSpec(
     name="all_reduce", family="reduce", cases=cases, run=run, check=per_rank(check_rank), check_rank=check_rank,
     expect=lambda profile, case: expect(profile, case),
-    doc=__doc__))
+    doc=__doc__, conditions=("large",)))

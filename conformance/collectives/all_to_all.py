@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from conformance.collectives.common import (async_verdict, draw_frame, draw_layout, expect, members_only, output,
-                                            per_rank, tensor)
+from conformance.collectives.common import (async_verdict, draw_frame, draw_layout, expect, large, large_inputs,
+                                            members_only, output, per_rank, tensor)
 from conformance.oracle import OK, Verdict, check_exact_copy
 from conformance.spec import Case, CollectiveSpec, register
-from conformance.strategies import shapes, values
+from conformance.strategies import large_numel, shapes, values
 from conformance.tensors import arrays
 
 
@@ -38,13 +38,26 @@ def _uneven(m: list[list[int]]) -> bool:
     return len({x for row in m for x in row}) > 1
 
 
+def _draw_rows(draw: Any, case: Case, cell: Any, profile: Any) -> tuple[tuple[int, ...], list[list[int]]]:
+    """(trailing shape, rows matrix); large: 1-D pieces of an odd share of a size past 1 MiB per member,
+    plus the drawn matrix (so equal, diagonal and random splits keep their shape)."""
+    if not large(cell):
+        return draw(shapes(min_dims=0, max_dims=1), label="trailing shape"), _draw_matrix(
+            draw, case.size, cell.collective, profile)
+    share = -(-draw(large_numel(case.dtype), label="large numel") // case.size) | 1
+    return (), [[share + k for k in row] for row in _draw_matrix(draw, case.size, cell.collective, profile)]
+
+
 def list_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
     case = draw_frame(draw, world_size, cell)
-    tail = draw(shapes(min_dims=0, max_dims=1), label="trailing shape")
-    m = _draw_matrix(draw, case.size, cell.collective, profile)
+    tail, m = _draw_rows(draw, case, cell, profile)
     case.params["rows"] = m
     case.params["uneven"] = _uneven(m)
     all_shapes = [(m[i][j], *tail) for i in range(case.size) for j in range(case.size)]
+    if large(cell):
+        flat = large_inputs(draw, case, all_shapes, min(sum(row) for row in m))
+        case.inputs = [flat[i * case.size:(i + 1) * case.size] for i in range(case.size)]
+        return case
     draw_layout(draw, case, *all_shapes)
     case.inputs = [[draw(values(case.dtype, (m[i][j], *tail))) for j in range(case.size)] for i in range(case.size)]
     return case
@@ -75,13 +88,15 @@ def check_list(case: Case, outputs: list[dict], flavor: str) -> list[Verdict]:
 
 def single_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
     case = draw_frame(draw, world_size, cell)
-    tail = draw(shapes(min_dims=0, max_dims=1), label="trailing shape")
-    m = _draw_matrix(draw, case.size, cell.collective, profile)
+    tail, m = _draw_rows(draw, case, cell, profile)
     case.params["default_splits"] = not _uneven(m) and draw(st.booleans(), label="splits=None")
     case.params["rows"] = m
     in_shapes = [(sum(m[i]), *tail) for i in range(case.size)]
     out_shapes = [(sum(m[i][j] for i in range(case.size)), *tail) for j in range(case.size)]
     case.params["out_shapes"] = out_shapes
+    if large(cell):
+        case.inputs = large_inputs(draw, case, in_shapes, min(s[0] for s in in_shapes))
+        return case
     draw_layout(draw, case, *in_shapes, *out_shapes)
     case.inputs = [draw(values(case.dtype, s)) for s in in_shapes]
     return case
@@ -113,7 +128,8 @@ def check_single(case: Case, me: int, out: dict, flavor: str) -> Verdict:
 
 register(CollectiveSpec(
     name="all_to_all", family="data", cases=list_cases, run=run_list, check=check_list,
-    expect=lambda profile, case: expect(profile, case, "uneven" if case.params["uneven"] else ""), doc=__doc__))
+    expect=lambda profile, case: expect(profile, case, "uneven" if case.params["uneven"] else ""), doc=__doc__,
+    conditions=("large",)))
 register(CollectiveSpec(
     name="all_to_all_single", family="data", cases=single_cases, run=run_single, check=per_rank(check_single), check_rank=check_single,
-    expect=lambda profile, case: expect(profile, case), doc=__doc__))
+    expect=lambda profile, case: expect(profile, case), doc=__doc__, conditions=("large",)))

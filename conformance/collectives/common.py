@@ -6,9 +6,11 @@ from typing import Any, Callable
 from hypothesis import strategies as st
 
 from conformance.backends import Profile
+from conformance.dtypes import DTYPES
 from conformance.oracle import Verdict
-from conformance.spec import Case, Cell, Reject
-from conformance.strategies import layouts, per_rank_values, premul_factors, shapes, storage_offsets, subgroups
+from conformance.spec import CONDITION_MIN_MEMBERS, Case, Cell, Reject
+from conformance.strategies import (large_numel, large_values, layouts, per_rank_values, premul_factors, shapes,
+                                    storage_offsets, subgroups)
 from conformance.tensors import empty, guarded, is_contiguous_layout, make, outside_view_damage
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
@@ -25,7 +27,9 @@ def reduce_op(name: str, factor: float | None = None) -> Any:
 
 def draw_frame(draw: Draw, world_size: int, cell: Cell, *, subgroup: bool = True, root: bool = False,
                min_group: int = 1, offset: bool = True) -> Case:
-    """The parts every collective draws: subgroup, root, async_op, premul factor, storage offset."""
+    """The parts every collective draws: subgroup, root, async_op, premul factor, storage offset. A pinned
+    input class that needs several members (cell.condition) gets groups of that many."""
+    min_group = max(min_group, CONDITION_MIN_MEMBERS.get(cell.condition or "", 1))
     group = draw(subgroups(world_size, min_group), label="group") if subgroup else None
     case = Case(cell.collective, world_size, cell.dtype, cell.op, group=group)
     if offset:
@@ -114,16 +118,80 @@ def has_dist(name: str) -> Callable[[], bool]:
     return available
 
 
+ARRIVAL_STEP = 0.05  # seconds between two members' arrivals in the arrival condition
+
+
+def large(cell: Cell) -> bool:
+    """The pinned large condition: tensors past 1 MiB per rank (strategies.large_numel)."""
+    return cell.condition == "large"
+
+
+def large_inputs(draw: Draw, case: Case, tensor_shapes: list[tuple[int, ...]], per_rank_numel: int) -> list[Any]:
+    """Arrays of these shapes for a large case (one drawn seed), contiguous; the case records the bytes each
+    rank's tensors hold (params["bytes_per_rank"])."""
+    case.layout = "contiguous"
+    case.params["bytes_per_rank"] = per_rank_numel * max(1, DTYPES[case.dtype].bits // 8)
+    return draw(large_values(case.dtype, tensor_shapes, case.op), label="large inputs")
+
+
+def draw_arrival(draw: Draw, case: Case) -> None:
+    """The arrival condition: the root arrives first, the other members one after another in a drawn order
+    that is not their group-rank order (params["arrival"]: each member's delay, ARRIVAL_STEP apart); a
+    backend that fills a root's slots in arrival order, not by rank, fails."""
+    others = [j for j in range(case.size) if j != case.root]
+    order = list(draw(st.permutations(others), label="arrival order"))
+    if order == sorted(order):
+        order.reverse()
+    delays = [0.0] * case.size
+    for k, member in enumerate(order):
+        delays[member] = ARRIVAL_STEP * (k + 1)
+    case.params["arrival"] = delays
+
+
+def arrive(ctx: Any, case: Case, group: Any, me: int) -> None:
+    """Rank side, the arrival condition: line the members up (an all_reduce of one element: ranks of a pool
+    that has just started may be a hundred milliseconds apart), then wait this member's delay. Without the
+    condition, return at once."""
+    delays = case.params.get("arrival")
+    if delays:
+        import time
+
+        import torch
+        import torch.distributed as dist
+
+        dist.all_reduce(torch.zeros(1, device=ctx.device), group=group)
+        time.sleep(delays[me])
+
+
 def one_tensor_per_rank(*, root: bool) -> Callable[..., Case]:
     """Cases for collectives that take one tensor per member (all_reduce, reduce, broadcast, gather, scatter)."""
     def cases(draw: Draw, world_size: int, cell: Cell, profile: Profile | None) -> Case:
         case = draw_frame(draw, world_size, cell, root=root)
-        shape = draw(shapes(min_dims=0), label="shape")
-        draw_layout(draw, case, shape)
+        if large(cell):
+            numel = draw(large_numel(case.dtype), label="large numel")
+            case.inputs = large_inputs(draw, case, [(numel,)] * case.size, numel)
+            return case
+        if cell.condition == "arrival":  # contiguous, a few elements: data every table moves
+            draw_arrival(draw, case)
+            shape: tuple[int, ...] = (draw(st.integers(3, 7), label="elements"),)
+        else:
+            shape = draw(shapes(min_dims=0), label="shape")
+            draw_layout(draw, case, shape)
         case.inputs = draw(per_rank_values(case.dtype, shape, case.size, case.op), label="inputs")
+        if cell.condition == "arrival":  # members told apart: member j's first three elements are j's bits
+            case.inputs = [_stamped(x, j) for j, x in enumerate(case.inputs)]
         return case
 
     return cases
+
+
+def _stamped(array: Any, member: int) -> Any:
+    """A copy of a 1-D array whose first three elements hold the bits of `member` (0 and 1: every dtype has them)."""
+    import numpy as np
+
+    out = np.array(array, copy=True)
+    out[:3] = [(member >> bit) & 1 for bit in range(3)]
+    return out
 
 
 def per_rank(check_rank: Callable[[Case, int, Any, str], Verdict]) -> Callable[[Case, list, str], list[Verdict]]:

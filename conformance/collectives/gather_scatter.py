@@ -2,13 +2,15 @@
 
 gather(tensor, gather_list, dst): gather_list[j] <- x_j on dst only; gather_list must be given on dst
 and must NOT be given elsewhere (ValueError). scatter(tensor, scatter_list, src): tensor <- scatter_list_src[rank].
+gather's slot j is member j's whatever the order the members arrive in (the arrival condition: the root
+first, the others in a drawn order other than theirs).
 """
 from __future__ import annotations
 
 from typing import Any
 
-from conformance.collectives.common import (async_verdict, expect, members_only, one_tensor_per_rank, output,
-                                            per_rank, tensor)
+from conformance.collectives.common import (arrive, async_verdict, expect, members_only, one_tensor_per_rank,
+                                            output, per_rank, tensor)
 from conformance.oracle import OK, Verdict, check_exact_copy
 from conformance.spec import Case, CollectiveSpec, register
 from conformance.tensors import arrays
@@ -23,6 +25,7 @@ def run_gather(ctx: Any, case: Case, group: Any, me: int) -> dict:
 
     t = tensor(ctx, case, case.inputs[me])
     outs = [output(ctx, case, x.shape) for x in case.inputs] if me == case.root else None
+    arrive(ctx, case, group, me)
     work = dist.gather(t, outs, dst=case.members[case.root], group=group, async_op=case.async_op)
     waited = work.wait() if case.async_op else None
     return {"out": arrays(outs) if outs is not None else None, "waited": waited}
@@ -55,7 +58,7 @@ def check_scatter(case: Case, me: int, out: dict, flavor: str) -> Verdict:
 
 register(CollectiveSpec(
     name="gather", family="data", cases=cases, run=run_gather, check=per_rank(check_gather), check_rank=check_gather,
-    expect=lambda profile, case: expect(profile, case), doc=__doc__))
+    expect=lambda profile, case: expect(profile, case), doc=__doc__, conditions=("large", "arrival")))
 register(CollectiveSpec(
     name="scatter", family="data", cases=cases, run=run_scatter, check=per_rank(check_scatter), check_rank=check_scatter,
-    expect=lambda profile, case: expect(profile, case), doc=__doc__))
+    expect=lambda profile, case: expect(profile, case), doc=__doc__, conditions=("large",)))

@@ -1,12 +1,19 @@
 """Object collectives (pickled Python objects): broadcast_object_list, all_gather_object,
-gather_object, scatter_object_list. They fill the caller's lists in place."""
+gather_object, scatter_object_list. They fill the caller's lists in place.
+
+gather_object's slot j is member j's object whatever the order the members' data reaches the root: the
+arrival condition delays each member's inner gather (torch's gather_object all-gathers the sizes first,
+which lines the members up again, then gathers): the root first, the others in a drawn order other than
+theirs (common.draw_arrival).
+"""
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 from hypothesis import strategies as st
 
-from conformance.collectives.common import draw_frame, members_only
+from conformance.collectives.common import draw_frame, draw_arrival, members_only
 from conformance.oracle import OK, Verdict
 from conformance.spec import Case, CollectiveSpec, register
 
@@ -21,7 +28,34 @@ def cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
     case.async_op = False
     count = draw(st.integers(1, 3), label="objects per list")
     case.params["objects"] = [draw(st.lists(objects, min_size=count, max_size=count)) for _ in range(case.size)]
+    if cell.condition == "arrival":
+        draw_arrival(draw, case)
+        case.params["objects"] = [[j, *objs] for j, objs in enumerate(case.params["objects"])]  # all distinct
     return case
+
+
+@contextlib.contextmanager
+def _inner_gather_after(delay: float) -> Iterator[None]:
+    """torch's gather_object calls distributed_c10d.gather after its size all_gather: wait `delay` before
+    that inner gather, so that the members reach it in the drawn order (the arrival condition)."""
+    import time
+
+    from torch.distributed import distributed_c10d as c10d
+
+    if not delay:
+        yield
+        return
+    original = c10d.gather
+
+    def late_gather(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(delay)
+        return original(*args, **kwargs)
+
+    c10d.gather = late_gather
+    try:
+        yield
+    finally:
+        c10d.gather = original
 
 
 def _run(kind: str) -> Any:
@@ -40,7 +74,8 @@ def _run(kind: str) -> Any:
             return lst
         if kind == "gather_object":
             lst = [None] * case.size if me == case.root else None
-            dist.gather_object(mine, lst, dst=root, group=group)
+            with _inner_gather_after(case.params.get("arrival", [0.0] * case.size)[me]):
+                dist.gather_object(mine, lst, dst=root, group=group)
             return lst
         out: list[Any] = [None]
         dist.scatter_object_list(out, case.params["objects"] if me == case.root else None, src=root, group=group)
@@ -78,4 +113,5 @@ for _kind, _run_fn in (("broadcast_object_list", run_broadcast_object_list),
                        ("gather_object", run_gather_object),
                        ("scatter_object_list", run_scatter_object_list)):
     register(CollectiveSpec(name=_kind, family="control", cases=cases, run=_run_fn, check=_check(_kind),
-                            expect=lambda profile, case: None, doc=__doc__))
+                            expect=lambda profile, case: None, doc=__doc__,
+                            conditions=("arrival",) if _kind == "gather_object" else ()))

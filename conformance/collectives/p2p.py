@@ -16,10 +16,11 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from conformance.collectives.common import draw_frame, draw_layout, expect, guard_outside_views, per_rank
+from conformance.collectives.common import (draw_frame, draw_layout, expect, guard_outside_views, large, large_inputs,
+                                            per_rank)
 from conformance.oracle import OK, Verdict, check_exact_copy
 from conformance.spec import Case, CollectiveSpec, Reject, register
-from conformance.strategies import per_rank_values, shapes, values
+from conformance.strategies import large_numel, per_rank_values, shapes, values
 from conformance.tensors import arrays, empty, make
 
 
@@ -35,6 +36,10 @@ def pair_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
     if case.params["sender_skips"]:
         case.params["participants"] = (case.params["pair"][1],)
     case.async_op = False
+    if large(cell):
+        numel = draw(large_numel(case.dtype), label="large numel")
+        case.inputs = large_inputs(draw, case, [(numel,)] * world_size, numel)
+        return case
     shape = draw(shapes(min_dims=0), label="shape")
     draw_layout(draw, case, shape)
     case.inputs = draw(per_rank_values(case.dtype, shape, world_size), label="inputs")
@@ -93,10 +98,13 @@ REVERSE_TAG = 1000  # batch_isend_irecv: tags of the messages to the previous ra
 
 def ring_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
     case = draw_frame(draw, world_size, cell, subgroup=False)
-    k = draw(st.integers(1, MAX_MESSAGES), label="messages per direction")
+    k = draw(st.integers(1, 2 if large(cell) else MAX_MESSAGES), label="messages per direction")
     # several messages only where they can be told apart: at least one element each
-    shape = draw(shapes(min_dims=0, min_side=1 if k > 1 else 0), label="shape")
-    draw_layout(draw, case, shape)
+    if large(cell):
+        shape: tuple[int, ...] = (draw(large_numel(case.dtype), label="large numel"),)
+    else:
+        shape = draw(shapes(min_dims=0, min_side=1 if k > 1 else 0), label="shape")
+        draw_layout(draw, case, shape)
     tags = draw(st.lists(st.integers(0, 20), min_size=k, max_size=k, unique=True), label="tags")
     send_order = draw(st.permutations(range(k)), label="send order")
     recv_order = draw(st.permutations(range(k)), label="recv order")
@@ -105,6 +113,10 @@ def ring_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
     case.params.update(tags=tags, send_order=list(send_order), recv_order=list(recv_order),
                        matching=profile.p2p_matching if profile is not None else "tag")
     # inputs[r][i]: rank r's message i (tag tags[i]), sent to the next rank (and, batched, to the previous)
+    if large(cell):
+        flat = large_inputs(draw, case, [shape] * (k * world_size), k * shape[0])
+        case.inputs = [flat[r * k:(r + 1) * k] for r in range(world_size)]
+        return case
     case.inputs = [draw(st.lists(values(case.dtype, shape), min_size=k, max_size=k), label=f"messages of rank {r}")
                    for r in range(world_size)]
     return case
@@ -190,10 +202,10 @@ def check_ring(case: Case, r: int, out: Any, flavor: str) -> Verdict:
 
 register(CollectiveSpec(
     name="send_recv", family="data", cases=pair_cases, run=run_pair, check=check_pair, expect=expect_pair,
-    doc=__doc__))
+    doc=__doc__, conditions=("large",)))
 register(CollectiveSpec(
     name="isend_irecv", family="data", cases=ring_cases, run=run_ring, check=per_rank(check_ring), check_rank=check_ring,
-    expect=lambda profile, case: expect(profile, case), min_world=2, doc=__doc__))
+    expect=lambda profile, case: expect(profile, case), min_world=2, doc=__doc__, conditions=("large",)))
 register(CollectiveSpec(
     name="batch_isend_irecv", family="data", cases=ring_cases, run=run_batch, check=per_rank(check_ring), check_rank=check_ring,
-    expect=lambda profile, case: expect(profile, case), min_world=2, doc=__doc__))
+    expect=lambda profile, case: expect(profile, case), min_world=2, doc=__doc__, conditions=("large",)))

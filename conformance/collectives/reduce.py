@@ -35,4 +35,4 @@ def check_rank(case: Case, me: int, out: dict, flavor: str) -> Verdict:
 
 SPEC = register(CollectiveSpec(
     name="reduce", family="reduce", cases=cases, run=run, check=per_rank(check_rank), check_rank=check_rank,
-    expect=lambda profile, case: expect(profile, case), doc=__doc__))
+    expect=lambda profile, case: expect(profile, case), doc=__doc__, conditions=("large",)))

@@ -10,25 +10,35 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from conformance.collectives.common import (async_verdict, draw_frame, draw_layout, expect, has_dist, members_only,
-                                            output, per_rank, reduce_op, tensor)
+from conformance.collectives.common import (async_verdict, draw_frame, draw_layout, expect, has_dist, large,
+                                            large_inputs, members_only, output, per_rank, reduce_op, tensor)
 from conformance.dtypes import DTYPES
 from conformance.oracle import Verdict, check_reduction
 from conformance.spec import Case, CollectiveSpec, register
-from conformance.strategies import shapes, values
+from conformance.strategies import large_numel, per_rank_values, shapes
 from conformance.tensors import arrays
 
 
 def list_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
     case = draw_frame(draw, world_size, cell)
-    tail = draw(shapes(min_dims=0, max_dims=1), label="trailing shape")
     uneven = case.size > 1 and draw(st.booleans(), label="uneven")
+    if large(cell):  # every member's input list past 1 MiB: pieces of a share each, uneven where drawn
+        numel = draw(large_numel(case.dtype), label="large numel")
+        share = -(-numel // case.size) | 1
+        rows = [share + (2 * draw(st.integers(0, 3)) if uneven else 0) for _ in range(case.size)]
+        case.params["uneven"] = len(set(rows)) > 1
+        flat = large_inputs(draw, case, [(r,) for _ in range(case.size) for r in rows], sum(rows))
+        case.inputs = [flat[j * case.size:(j + 1) * case.size] for j in range(case.size)]
+        return case
+    tail = draw(shapes(min_dims=0, max_dims=1), label="trailing shape")
     rows = [draw(st.integers(0, 4)) for _ in range(case.size)] if uneven else [draw(st.integers(0, 4))] * case.size
     case.params["uneven"] = len(set(rows)) > 1
     piece_shapes = [(r, *tail) for r in rows]
     draw_layout(draw, case, *piece_shapes)
-    # inputs[j] = member j's input_list: one piece per member
-    case.inputs = [[draw(values(case.dtype, s, case.op)) for s in piece_shapes] for _ in range(case.size)]
+    # piece i of every member's input_list is one reduction: its contributions are drawn together (ties)
+    pieces = [draw(per_rank_values(case.dtype, s, case.size, case.op), label=f"piece {i}")
+              for i, s in enumerate(piece_shapes)]
+    case.inputs = [[pieces[i][j] for i in range(case.size)] for j in range(case.size)]  # member j's input_list
     return case
 
 
@@ -53,13 +63,20 @@ def check_list(case: Case, outputs: list[dict], flavor: str) -> list[Verdict]:
 
 def tensor_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
     case = draw_frame(draw, world_size, cell)
-    out_shape = draw(shapes(min_dims=1, max_dims=2), label="output shape")
+    if large(cell):  # every member's input past 1 MiB
+        out_shape: tuple[int, ...] = (-(-draw(large_numel(case.dtype), label="large numel") // case.size) | 1,)
+    else:
+        out_shape = draw(shapes(min_dims=1, max_dims=2), label="output shape")
     in_shape = (case.size * out_shape[0], *out_shape[1:])
     case.params["out_shape"] = out_shape
-    draw_layout(draw, case, in_shape, out_shape)
+    if large(cell):
+        case.inputs = large_inputs(draw, case, [in_shape] * case.size, in_shape[0])
+    else:
+        draw_layout(draw, case, in_shape, out_shape)
     # in place (NCCL user guide): the output is the input's own chunk at this rank's offset
     case.params["in_place"] = case.layout == "contiguous" and draw(st.booleans(), label="in place")
-    case.inputs = [draw(values(case.dtype, in_shape, case.op)) for _ in range(case.size)]
+    if not large(cell):
+        case.inputs = draw(per_rank_values(case.dtype, in_shape, case.size, case.op), label="inputs")
     return case
 
 
@@ -96,9 +113,10 @@ def check_tensor(case: Case, me: int, out: dict, flavor: str) -> Verdict:
 register(CollectiveSpec(
     name="reduce_scatter", family="reduce", cases=list_cases, run=run_list, check=check_list,
     expect=lambda profile, case: expect(profile, case, "uneven" if case.params["uneven"] else ""),
-    doc=__doc__))
+    doc=__doc__, conditions=("large",)))
 for _name, _run in (("reduce_scatter_tensor", run_reduce_scatter_tensor),
                     ("reduce_scatter_single", run_reduce_scatter_single)):
     register(CollectiveSpec(
         name=_name, family="reduce", cases=tensor_cases, run=_run, check=per_rank(check_tensor), check_rank=check_tensor,
-        expect=lambda profile, case: expect(profile, case), available=has_dist(_name), doc=__doc__))
+        expect=lambda profile, case: expect(profile, case), available=has_dist(_name), doc=__doc__,
+        conditions=("large",)))
