@@ -23,12 +23,12 @@ import ctypes
 import gc
 import os
 import resource
+import secrets
 import selectors
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import types
 import warnings
@@ -40,6 +40,8 @@ from simgpu._boot import template_proxy as proxy
 
 LISTEN_FD_ENV = "SIMGPU_TEMPLATE_LISTEN_FD"
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
+CMDLINE_ROOM = 4096  # bytes of the template's argument area a fork may rewrite into its own command line
 # Read by C code when a library loads (no Python read to record): a difference makes the fork unfaithful.
 _LOAD_TIME_PREFIXES = ("LD_", "MALLOC_", "GLIBC_", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "GOTO_",
                        "TORCH_CPP_", "PYTHON")
@@ -59,55 +61,37 @@ class Template:
     """A started template: its process and the environment entry that points the program at it."""
 
     process: subprocess.Popen
-    directory: str
-
-    @property
-    def socket_path(self) -> str:
-        return os.path.join(self.directory, "socket")
+    address: str  # "@name": a socket in the abstract namespace (nothing on disk to leave behind)
 
     def environment(self) -> dict[str, str]:
-        return {proxy.SOCKET_ENV: self.socket_path}
+        return {proxy.SOCKET_ENV: self.address}
 
     def close(self) -> None:
-        """Kill the template (its forks die with it) and remove its socket directory."""
+        """Kill the template (its forks die with it: parent-death signal)."""
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
-        for path in (self.socket_path, self.directory):
-            try:
-                os.unlink(path) if path == self.socket_path else os.rmdir(path)
-            except OSError:
-                pass
 
 
 def start(env: dict[str, str]) -> Template:
-    """Start a template for a run whose processes get `env`; it listens at once (connections wait in
-    the backlog while it imports torch), so the program starts beside it, not after it."""
-    directory = tempfile.mkdtemp(prefix="simgpu-template-")  # 0700: only this user may connect
-    path = os.path.join(directory, "socket")
-    if len(path.encode()) >= 100:  # sun_path holds 108 bytes
-        os.rmdir(directory)
-        directory = tempfile.mkdtemp(prefix="simgpu-template-", dir="/tmp")
-        path = os.path.join(directory, "socket")
+    """Start a template for a run whose processes get `env`. It listens at once (connections wait in
+    the backlog while it imports torch), so the program starts beside it, not after it. The socket is
+    in the abstract namespace under a random name, and the template serves only this user's processes
+    (SO_PEERCRED): nothing on disk that a killed launcher could leave behind."""
+    address = f"@simgpu-template-{secrets.token_hex(16)}"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        listener.bind(path)
+        listener.bind(proxy.socket_address(address))
         listener.listen(4096)
         entry = Path(__file__).resolve().parent / "_boot" / "template_main.py"
         child_env = {k: v for k, v in env.items() if k != proxy.SOCKET_ENV}
         child_env[LISTEN_FD_ENV] = str(listener.fileno())
-        process = subprocess.Popen([sys.executable, str(entry)], env=child_env, pass_fds=[listener.fileno()],
+        room = " " * CMDLINE_ROOM  # an argument that only reserves room: forks write their command line over it
+        process = subprocess.Popen([sys.executable, str(entry), room], env=child_env, pass_fds=[listener.fileno()],
                                    start_new_session=True, stdin=subprocess.DEVNULL)
-    except BaseException:
-        listener.close()
-        for leftover in (path, directory):
-            try:
-                os.unlink(leftover) if leftover == path else os.rmdir(leftover)
-            except OSError:
-                pass
-        raise
-    listener.close()  # the template holds it now: if it dies, waiting clients see the connection reset
-    return Template(process, directory)
+    finally:
+        listener.close()  # the template holds it now: if it dies, waiting clients see the connection reset
+    return Template(process, address)
 
 
 # ----------------------------------------------------------------------------- the template process
@@ -397,6 +381,7 @@ def _become(req: dict, received: list[int], warm: Warm) -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() == 1:
         os._exit(1)
+    _set_command_line(req["orig_argv"], req["comm"], libc)
     _install_fds(req["fds"], received, warm.fds)
     os.environ.clear()
     os.environ.update(req["env"])
@@ -439,6 +424,16 @@ def _become(req: dict, received: list[int], warm: Warm) -> None:
     import importlib
 
     importlib.invalidate_caches()
+
+
+def _set_command_line(argv: list[str], comm: str, libc: Any) -> None:
+    """What ps and /proc/<pid>/cmdline show: the requesting process's command line (written over the
+    template's argument area, truncated to it) and name, not the template's."""
+    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end: fields 48 and 49 of stat
+    data = b"\0".join(os.fsencode(a) for a in argv)[:end - start - 1]
+    ctypes.memmove(start, data.ljust(end - start, b"\0"), end - start)
+    libc.prctl(_PR_SET_NAME, comm.encode()[:15], 0, 0, 0)
 
 
 def _install_fds(wanted: list[list[int]], received: list[int], library_fds: set[int]) -> None:

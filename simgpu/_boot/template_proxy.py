@@ -24,7 +24,7 @@ import socket
 import struct
 import sys
 
-SOCKET_ENV = "SIMGPU_TEMPLATE_SOCKET"  # set by the launcher: where the run's template listens
+SOCKET_ENV = "SIMGPU_TEMPLATE_SOCKET"  # set by the launcher: where the run's template listens ("@name")
 OFF_ENV = "SIMGPU_NO_TEMPLATE"  # "1": this process (and what it starts) imports torch itself
 PROTOCOL = 1
 MAX_FDS = 250  # SCM_RIGHTS takes at most 253 descriptors per message
@@ -37,6 +37,11 @@ _HEADER = struct.Struct("!I")
 
 
 # ----------------------------------------------------------------------------- wire format (shared with the template)
+def socket_address(address: str) -> str:
+    """SIMGPU_TEMPLATE_SOCKET's "@name" is a name in Linux's abstract socket namespace."""
+    return "\0" + address[1:] if address.startswith("@") else address
+
+
 def send_message(sock: socket.socket, message: dict, fds: list[int] = ()) -> None:
     """A length-prefixed JSON message; the descriptors travel with the header (SCM_RIGHTS)."""
     data = json.dumps(message).encode()
@@ -188,7 +193,7 @@ def request(kind: str, target: str) -> dict:
     return {
         "protocol": PROTOCOL, "kind": kind, "target": target, "argv": sys.argv, "orig_argv": sys.orig_argv,
         "path0": _path0(kind, target), "sys_path": sys.path, "env": dict(os.environ), "cwd": os.getcwd(),
-        "executable": sys.executable, "prefix": sys.prefix, "version": sys.version, "flags": _flags(), "xoptions": sys._xoptions,
+        "comm": _comm(), "executable": sys.executable, "prefix": sys.prefix, "version": sys.version, "flags": _flags(), "xoptions": sys._xoptions,
         "warnoptions": sys.warnoptions, "dont_write_bytecode": sys.dont_write_bytecode,
         "int_max_str_digits": sys.get_int_max_str_digits(),
         "stdio": [_stream(sys.stdin), _stream(sys.stdout), _stream(sys.stderr)],
@@ -196,6 +201,14 @@ def request(kind: str, target: str) -> dict:
         "priority": os.getpriority(os.PRIO_PROCESS, 0), "ignored_signals": ignored,
         "blocked_signals": [int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])],
     }
+
+
+def _comm() -> str:
+    try:
+        with open("/proc/self/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "python"
 
 
 def _flags() -> dict:
@@ -234,7 +247,7 @@ def serve_or_continue() -> None:
     message["fds"] = fds
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.connect(address)
+        sock.connect(socket_address(address))
         sock.settimeout(START_WAIT_S)
         send_message(sock, message, [fd for fd, _ in fds])
         early = _EarlySignals()

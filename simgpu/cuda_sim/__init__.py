@@ -13,7 +13,7 @@ import os
 from simgpu.cuda_sim.errors import GPUS_ENV, SimulationError
 from simgpu.torch_support import unsupported_reason
 
-__all__ = ["activate", "active", "SimulationError", "check_torch_version"]
+__all__ = ["activate", "active", "preload", "SimulationError", "check_torch_version"]
 _active = False
 
 
@@ -26,6 +26,19 @@ def check_torch_version(version: str) -> None:
 
 def active() -> bool:
     return _active
+
+
+def preload() -> tuple:
+    """Import what activate() installs, installing nothing: a process that forks ranks (the pool's fork
+    server) pays the imports once for every rank, whether its ranks simulate GPUs or not. torch._dynamo
+    (torch.compiler.set_stance, attention.install) is most of the time activate() takes."""
+    import torch._dynamo  # noqa: F401
+
+    from simgpu.cuda_sim import (api, attention, autocast, comm, cuda_build, cuda_kernels, distributed, dtensor_new,
+                                 generator_identity, serialization, surface, tensors)
+
+    return (api, attention, autocast, comm, cuda_build, cuda_kernels, distributed, dtensor_new, generator_identity,
+            serialization, surface, tensors)
 
 
 def activate(gpus: int | None = None) -> None:
@@ -41,9 +54,8 @@ def activate(gpus: int | None = None) -> None:
     text = os.environ.get(GPUS_ENV, "")
     if not text.isdigit() or int(text) < 1:
         raise SimulationError(f"simgpu: {GPUS_ENV}={text!r}: the number of simulated GPUs must be a positive integer")
-    from simgpu.cuda_sim import (api, attention, autocast, comm, cuda_build, cuda_kernels, distributed, dtensor_new,
-                                 generator_identity, serialization, surface, tensors)
-
+    api, attention, autocast, comm, cuda_build, cuda_kernels, distributed, dtensor_new, generator_identity, \
+        serialization, surface, tensors = preload()
     api.install()
     cuda_build.install()
     dtensor_new.install()
