@@ -14,7 +14,8 @@ child that inherited threads.
 - proxy: a bare interpreter per rank (what a fork server's client costs the launcher: the process
   torchrun or mp.spawn waits on), measured alone: start-up time and its own USS.
 Every rank reports the seconds from the launch to its first all_reduce's return, and its USS/PSS
-(smaps_rollup) after that all_reduce.
+(smaps_rollup) after that all_reduce and a full garbage collection (which a longer-running rank does
+sooner or later; without gc.freeze() in the template it writes to every object's header).
 """
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank
 x = torch.ones(4, device="cuda")
 dist.all_reduce(x)
 first = time.time() - t0
+import gc
+gc.collect()  # what a longer-running rank does sooner or later: a full collection
 def mem():
     out = {}
     for line in open("/proc/self/smaps_rollup"):
