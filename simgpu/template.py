@@ -297,7 +297,13 @@ class _Server:
             pid = os.fork()
         if pid == 0:
             self.close_in_fork(conn)
-            _become(req, fds, self.warm)
+            try:
+                _become(req, fds, self.warm)
+            except BaseException as exc:  # noqa: BLE001 - the fork must not go on as half of another process
+                os.write(2, f"simgpu run: the warm template could not become {' '.join(req['orig_argv'])[:200]}: "
+                            f"{type(exc).__name__}: {exc}; `simgpu run --no-template` starts every process on its "
+                            f"own\n".encode(errors="replace"))
+                os._exit(proxy.EXIT_NOT_SIMULATED)
             return Job(req)
         _close_all(fds)
         try:
@@ -392,7 +398,10 @@ def _become(req: dict, received: list[int], warm: Warm) -> None:
             os.environ[key] = value
     os.chdir(req["cwd"])
     os.umask(req["umask"])
-    os.sched_setaffinity(0, req["affinity"])
+    try:
+        os.sched_setaffinity(0, req["affinity"])
+    except OSError:
+        pass  # CPUs this process may no longer use: the template's set stands
     for name, (soft, hard) in req["limits"].items():
         try:
             resource.setrlimit(getattr(resource, name), (soft, hard))

@@ -16,6 +16,7 @@ import pytest
 
 from simgpu import reaper
 from tests.processes import run_bounded
+from tests.tiers import first_then_full
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).resolve().parent / "sim_scripts"
@@ -62,21 +63,16 @@ def test_a_fork_of_the_template_is_the_process_it_stands_in_for() -> None:
     assert all(not c["notices"] for c in served[:4] + fresh)
 
 
-def test_every_way_a_program_starts_its_ranks_is_served() -> None:
+@pytest.mark.parametrize("flags", first_then_full([(), ("--no-template",)], ["template", "no-template"]))
+def test_every_way_a_program_starts_its_ranks_is_served(flags: tuple[str, ...]) -> None:
     """mp.spawn, a forkserver Process, subprocess and torchrun's workers: forks of the template (and
-    none of them with --no-template)."""
-    for flags, expected in (([], "True"), (["--no-template"], "False")):
-        done = simgpu_run(*flags, str(SCRIPTS / "rank_launches.py"))
-        assert done.returncode == 0, done.stderr
-        launches = sorted(line.split()[1:] for line in done.stdout.splitlines() if line.startswith("LAUNCH"))
-        assert launches == [[how, expected] for how in ("forkserver", "main", "mp.spawn-0", "mp.spawn-1",
-                                                         "subprocess", "torchrun-0", "torchrun-1")], done.stderr
-
-
-def test_a_process_that_never_imports_torch_is_not_served() -> None:
-    """Tools and helpers a program starts stay plain interpreters: no torch in them."""
-    done = simgpu_run(sys.executable, "-c", "import sys; print('torch' in sys.modules)")
-    assert done.returncode == 0 and done.stdout.split() == ["False"], done.stderr
+    none of them with --no-template). A process that never imports torch is not served:
+    test_simgpu_run.py::test_a_process_that_never_imports_torch_does_not_load_it."""
+    done = simgpu_run(*flags, str(SCRIPTS / "rank_launches.py"))
+    assert done.returncode == 0, done.stderr
+    launches = sorted(line.split()[1:] for line in done.stdout.splitlines() if line.startswith("LAUNCH"))
+    assert launches == [[how, str(not flags)] for how in ("forkserver", "main", "mp.spawn-0", "mp.spawn-1",
+                                                           "subprocess", "torchrun-0", "torchrun-1")], done.stderr
 
 
 # ----------------------------------------------------------------------------- nothing outlives the run
@@ -150,7 +146,7 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-@pytest.mark.parametrize("how", ["launcher SIGINT", "launcher SIGKILL", "timeout"])
+@pytest.mark.parametrize("how", ["launcher SIGINT", "launcher SIGKILL", pytest.param("timeout", marks=pytest.mark.full)])
 def test_nothing_outlives_a_run_served_by_the_template(tmp_path: Path, how: str) -> None:
     run = Run(tmp_path, *(["--timeout", "60"] if how == "timeout" else []))
     try:
@@ -198,3 +194,11 @@ def test_a_killed_proxy_takes_its_fork_with_it(tmp_path: Path) -> None:
     finally:
         run.proc.kill()
         run.left(0)
+
+
+def test_a_fork_killed_by_sigkill_ends_its_proxy_the_same_way() -> None:
+    """The proxy cannot install a handler for SIGKILL: it re-raises it on itself without one."""
+    code = "import os, signal, torch; os.kill(os.getpid(), signal.SIGKILL)"
+    served, fresh = (simgpu_run(*flags, sys.executable, "-c", code) for flags in ((), ("--no-template",)))
+    assert served.returncode == fresh.returncode != 0, (served.stderr, fresh.stderr)
+    assert served.stderr == fresh.stderr == "", served.stderr  # (once: "Error in sitecustomize", and a second run)

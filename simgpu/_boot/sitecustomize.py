@@ -104,6 +104,10 @@ def _serve_from_template():
 
 
 if os.environ.get("SIMGPU_GPUS"):
-    _serve_from_template()
+    try:
+        _serve_from_template()
+    except Exception as exc:  # noqa: BLE001 - the process starts on its own; never unsimulated
+        sys.stderr.write(f"simgpu run: the warm template could not take this process ({type(exc).__name__}: "
+                         f"{exc}); it imports torch itself\n")
     _install_import_hook()
 _chain_next_sitecustomize()

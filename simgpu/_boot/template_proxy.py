@@ -245,12 +245,12 @@ def serve_or_continue() -> None:
         return _notice(f"it has {len(fds)} open files (the template takes at most {MAX_FDS})")
     message = request(*found)
     message["fds"] = fds
+    early = _EarlySignals()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(socket_address(address))
         sock.settimeout(START_WAIT_S)
         send_message(sock, message, [fd for fd, _ in fds])
-        early = _EarlySignals()
         reply, _ = recv_message(sock)
     except (OSError, socket.timeout) as exc:
         _fail(f"the run's warm template ({address}) did not answer: {exc}")
@@ -260,7 +260,10 @@ def serve_or_continue() -> None:
         sock.close()
         early.restore()
         return _notice(reply["refused"])
-    _stand_in(sock, int(reply["pid"]), early, [fd for fd, _ in fds])
+    try:
+        _stand_in(sock, int(reply["pid"]), early, [fd for fd, _ in fds])
+    except BaseException as exc:  # noqa: BLE001 - once the fork runs the program, this process must not
+        _fail(f"the proxy of pid {reply['pid']} failed: {type(exc).__name__}: {exc}")
 
 
 class _EarlySignals:
@@ -313,8 +316,9 @@ def _stand_in(sock: socket.socket, pid: int, early: _EarlySignals, fds: list[int
         import resource
 
         resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
-        signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
         os.kill(os.getpid(), sig)
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
