@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from simgpu import reaper, settings
+from simgpu._boot.template_proxy import OFF_ENV
 from simgpu.settings import GROUP_SECRET_ENV
 
 BOOT_DIR = Path(__file__).resolve().parent / "_boot"
@@ -47,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--predict", default=None, metavar="MACHINE",
                      help="at the end, print the predicted GPU time of the collectives the program ran on this "
                           f"machine (a simgpu.cost_model preset: {', '.join(presets())})")
+    run.add_argument("--no-template", action="store_true",
+                     help="start every Python process of the program on its own (each imports torch), not as a "
+                          f"fork of the run's warm template (also: {OFF_ENV}=1; docs/warm-template.md)")
     run.add_argument("-m", dest="module", default=None, help="run a module as `python -m` would")
     run.add_argument("target", nargs="?", help="script.py, or a command such as torchrun")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the program")
@@ -109,10 +113,13 @@ def check_installed_torch() -> None:
 
 
 def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: float | None = None,
-        predict: str | None = None) -> int:
+        predict: str | None = None, template: bool = True) -> int:
     """Run `cmd` on `gpus` simulated GPUs; its exit status (124 after a timeout).
 
-    predict: a cost-model machine preset; the predicted communication time is printed at the end."""
+    predict: a cost-model machine preset; the predicted communication time is printed at the end.
+    template: start the program's Python processes as forks of a warm template (simgpu.template),
+    unless SIMGPU_NO_TEMPLATE=1."""
+    template = template and os.environ.get(OFF_ENV) != "1"
     for name, value in (("--timeout", timeout), ("--memory-gb", memory_gb)):
         if value is not None and not 0 < value < float("inf"):
             raise SystemExit(f"simgpu run: {name} must be a finite number > 0, got {value!r}")
@@ -123,7 +130,7 @@ def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: floa
         raise SystemExit(f"simgpu run: {exc}") from None
     check_installed_torch()
     if predict is None:
-        return _run(cmd, environment(gpus, memory_gb, timeout), timeout)
+        return _run(cmd, environment(gpus, memory_gb, timeout), timeout, template)
     from simgpu import comm_log, cost_model
 
     try:
@@ -134,7 +141,7 @@ def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: floa
     env = environment(gpus, memory_gb, timeout)
     env.update({comm_log.ENV_MACHINE: predict, comm_log.ENV_DIR: folder})
     try:
-        code = _run(cmd, env, timeout)
+        code = _run(cmd, env, timeout, template)
         lines = comm_log.summary_lines(comm_log.read_logs(folder), predict)
         sys.stderr.write("\n".join(["", *lines, ""]))
         sys.stderr.flush()
@@ -143,13 +150,20 @@ def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: floa
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _run(cmd: list[str], env: dict[str, str], timeout: float | None) -> int:
+def _run(cmd: list[str], env: dict[str, str], timeout: float | None, use_template: bool = True) -> int:
     """Run cmd; whatever way the run ends (exit, --timeout, Ctrl-C, SIGTERM, this process SIGKILLed),
-    every process it started is killed (simgpu.reaper: subreaper, run marker, watchdog)."""
+    every process it started is killed (simgpu.reaper: subreaper, run marker, watchdog), the warm
+    template and its forks included (they carry the run marker, and die with the template)."""
     run_id = reaper.new_run_id()
     env = {GROUP_SECRET_ENV: secrets.token_hex(16), **env, reaper.RUN_ID_ENV: run_id}  # strict records' key
     reaper.become_subreaper()
     watchdog = reaper.Watchdog(run_id)
+    warm = None
+    if use_template:
+        from simgpu import template
+
+        warm = template.start(env)  # imports torch beside the program's own start-up
+        env.update(warm.environment())
     started: list[int] = []  # the program's pid, once it runs
     # Installed before the program starts: a handled signal is reset to its default in the program,
     # where an ignored one would stay ignored (under a parent that ignores SIGINT, as pytest-xdist's
@@ -159,6 +173,8 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float | None) -> int:
     try:
         child = subprocess.Popen(cmd, env=env, start_new_session=True)
     except FileNotFoundError:
+        if warm is not None:
+            warm.close()
         watchdog.stop()
         for sig, handler in forwarded.items():
             signal.signal(sig, handler)
@@ -173,6 +189,8 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float | None) -> int:
         _signal_group(child.pid, signal.SIGKILL)
         child.wait()
         left = reaper.kill_all(run_id, exclude={watchdog.pid})
+        if warm is not None:
+            warm.close()
         if left:
             sys.stderr.write(f"simgpu run: could not kill processes {left} that the program started\n")
         watchdog.stop()
@@ -192,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     args = list(ns.args)
     if args[:1] == ["--"]:
         args = args[1:]
-    return run(ns.gpus, command_line(ns.target, ns.module, args), ns.memory_gb, ns.timeout, ns.predict)
+    return run(ns.gpus, command_line(ns.target, ns.module, args), ns.memory_gb, ns.timeout, ns.predict,
+               template=not ns.no_template)
 
 
 if __name__ == "__main__":

@@ -32,15 +32,24 @@ from simgpu.protocol import RankOutcome
 from simgpu.settings import GROUP_SECRET_ENV
 
 _PRELOAD = ["torch", "torch.distributed", "simgpu.rank"]
+_WARM_PRELOAD = ["torch", "torch.distributed", "simgpu.backend", "simgpu.rank"]
 _context: Any = None
 
 
-def _forkserver_context() -> Any:
-    """One fork server per controller process; it imports torch once for every rank it forks."""
+def _forkserver_context(binding: "Binding | None" = None) -> Any:
+    """One fork server per controller process; it imports torch and the sim backend once for every rank
+    it forks, and the GPU simulation's modules too when the first pool's ranks simulate GPUs (simgpu.rank's
+    preload hook freezes the heap after; docs/warm-template.md); only torch under SIMGPU_NO_TEMPLATE=1."""
     global _context
     if _context is None:
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(_PRELOAD)
+        if os.environ.get("SIMGPU_NO_TEMPLATE") == "1":
+            ctx.set_forkserver_preload(_PRELOAD)
+        elif binding is not None and binding.device == "simulated-cuda":
+            ctx.set_forkserver_preload(["torch", "torch.distributed", "simgpu.backend", "simgpu.cuda_sim.preloaded",
+                                        "simgpu.rank"])
+        else:
+            ctx.set_forkserver_preload(_WARM_PRELOAD)
         _context = ctx
     return _context
 
@@ -184,7 +193,7 @@ class ForkedRanks:
     def launch(self, world_size: int, binding: Binding) -> list[_Rank]:
         from simgpu import rank as rank_module
 
-        ctx = _forkserver_context()
+        ctx = _forkserver_context(binding)
         ranks: list[_Rank] = []
         try:
             for r in range(world_size):

@@ -61,8 +61,19 @@ def _remove_forkserver_socket(pid: int, controller: int) -> None:
             os.rmdir(os.path.dirname(address))  # only if empty: never another user's files
 
 
+def _warm_fork_server() -> None:
+    """In the pool's fork server, after its preload (torch, the sim backend, the GPU simulation's
+    modules when its ranks simulate GPUs): freeze the heap, so that every rank shares these pages
+    instead of touching them all at its first garbage collection. SIMGPU_NO_TEMPLATE=1: as before."""
+    if os.environ.get("SIMGPU_NO_TEMPLATE") != "1":
+        import gc
+
+        gc.freeze()
+
+
 if _in_forkserver_preload():
     atexit.register(_remove_forkserver_socket, os.getpid(), os.getppid())
+    _warm_fork_server()
 
 
 def _die_with_parent() -> None:

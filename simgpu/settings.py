@@ -25,6 +25,16 @@ def strict_timeout(value: str) -> float:
     return seconds
 
 
+STRICT_LEADER_FROM_ENV = "SIMGPU_STRICT_LEADER_FROM"  # group size from which rank 0 checks for the group
+
+
+def strict_leader_from(value: str) -> int:
+    """SIMGPU_STRICT_LEADER_FROM's value: a whole number >= 2, or ValueError saying what is wrong."""
+    if not value.strip().isdigit() or int(value) < 2:
+        raise ValueError(f"{STRICT_LEADER_FROM_ENV} must be a whole number of ranks >= 2, got {value!r}")
+    return int(value)
+
+
 STRICT_DEFAULT_S = 30.0  # the strict check's deadline when nothing sets it (docs/simulator.md)
 
 
@@ -77,6 +87,8 @@ def check_environment(env: Mapping[str, str] | None = None, world_size: int | No
     env = os.environ if env is None else env
     if env.get(STRICT_TIMEOUT_ENV):
         strict_timeout(env[STRICT_TIMEOUT_ENV])
+    if env.get(STRICT_LEADER_FROM_ENV):
+        strict_leader_from(env[STRICT_LEADER_FROM_ENV])
     if env.get(GPU_MEMORY_ENV):
         gpu_memory_gb(env[GPU_MEMORY_ENV])
     if env.get(faults.ENV_VAR):

@@ -33,6 +33,14 @@ Fields compared per collective are only those NCCL needs to agree: element count
 (2, 3) tensor all-reduces with a (6,) one on NCCL), dtypes, reduce op, root, and for the ops that
 move data between pairs, what each rank sends to each other rank against what that rank expects.
 
+How the check scales: in a group of fewer than 9 ranks every rank reads every descriptor and compares
+them itself (one multi_get: the shortest path). From 9 ranks on (SIMGPU_STRICT_LEADER_FROM), the group's
+rank 0 reads them, compares, and posts a signed verdict that the others read (one get each): per
+collective the group does O(N) store reads and comparisons instead of O(N^2) (O(N^3) for all_to_all's
+per-pair counts), which at 64 ranks on 2 cores cost more than the collective itself. The messages
+are the same: the leader renders the mismatch table once, for every rank; a rank whose wait for the
+verdict times out diagnoses who is missing itself, as in a small group.
+
 Settings: SIMGPU_STRICT_TIMEOUT (seconds, default 30) or `set_timeout()`; SIMGPU_STRICT=0 turns the
 check off (the emulation of NCCL's semantics stays on).
 """
@@ -60,6 +68,8 @@ DEFAULT_TIMEOUT = 30.0
 SECRET_ENV = GROUP_SECRET_ENV  # set by RankPool and `simgpu run` for every rank: records are signed with it
 _KEY_PREFIX = "simgpu/strict"
 MAX_UNSETTLED = 8  # posted calls of a rank whose check has not been settled yet (see StrictChecker.post)
+LEADER_FROM_ENV = "SIMGPU_STRICT_LEADER_FROM"
+LEADER_FROM = 9  # groups this large have their rank 0 compare and publish a verdict (see StrictChecker._settle)
 _MAX_PAIR_LINES = 8
 _timeout_override: float | None = None
 _SKIP_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch,))
@@ -105,6 +115,12 @@ def get_timeout(default: float | None = None) -> float:
     if not value:
         return DEFAULT_TIMEOUT if default is None else default
     return settings.strict_timeout(value)
+
+
+def leader_from() -> int:
+    """The group size from which rank 0 checks for the group (SIMGPU_STRICT_LEADER_FROM, default 9)."""
+    value = os.environ.get(LEADER_FROM_ENV)
+    return settings.strict_leader_from(value) if value else LEADER_FROM
 
 
 def enabled() -> bool:
@@ -197,8 +213,10 @@ class StrictChecker:
         self._progress = threading.Condition()  # guards _unsettled: posted calls whose check is not settled
         self._unsettled = 0
         self._own: list[int] = []  # sequence numbers of this rank's descriptors still in the store
+        self._verdicts: list[int] = []  # the leader's: sequence numbers of its verdicts still in the store
+        self.leader = size >= leader_from()  # rank 0 compares and posts a verdict (see _settle)
 
-    def _key(self, seq: int, rank: int) -> str:
+    def _key(self, seq: int, rank: int | str) -> str:
         return f"{_KEY_PREFIX}/{seq}/{rank}"
 
     def _io(self) -> dist.Store:
@@ -253,7 +271,8 @@ class StrictChecker:
     def check(self, call: Call) -> list[dict] | None:
         """Post this rank's call, wait for the group's, raise on any disagreement.
 
-        Returns every rank's descriptor (rank order), or None when checking is off.
+        Returns every rank's descriptor (rank order), or None when checking is off or the group's
+        leader compared them.
         """
         ticket = self.post(call)
         return None if ticket is None else self.settle(ticket)
@@ -286,31 +305,76 @@ class StrictChecker:
                 self._unsettled -= 1
                 self._progress.notify_all()
 
-    def _settle(self, ticket: Ticket) -> list[dict]:
+    def _settle(self, ticket: Ticket) -> list[dict] | None:
+        """Every rank's descriptors, compared here (a small group, or the leader); None where the
+        group's leader compared them and said they agree."""
         if self._broken is not None:
             raise CollectiveTimeout(self._broken)
         mine, keys = ticket.mine, ticket.keys
         seq = mine["seq"]
         timeout = get_timeout(self.default_timeout)
         self._forget_through(seq - 1 - MAX_UNSETTLED)  # while the others arrive; see _forget_through
+        if self.leader and self.rank != 0:
+            verdict = self._await_verdict(seq, timeout)
+            if verdict is not None and "timeout" not in verdict:
+                if "mismatch" in verdict:
+                    if verdict.get("abandoned"):
+                        self._broken = verdict["abandoned"]
+                    raise CollectiveMismatch(verdict["mismatch"])
+                return None
+            self._timed_out(mine, timeout)  # no verdict, or the leader timed out: who is missing, from here
+            return self._compare(seq, keys, self._io().multi_get(keys))
         try:
             values = self._gather(keys, timeout)
-        except dist.DistStoreError:
-            self._timed_out(mine, timeout)
-            values = self._io().multi_get(keys)
-        except RuntimeError as exc:  # a FileStore times out with a plain RuntimeError
-            if "timeout" not in str(exc).lower():
+        except (dist.DistStoreError, RuntimeError) as exc:  # a FileStore times out with a plain RuntimeError
+            if not isinstance(exc, dist.DistStoreError) and "timeout" not in str(exc).lower():
                 raise
+            if self.leader:
+                self._publish(seq, {"timeout": True})  # the waiting ranks diagnose it themselves, now
             self._timed_out(mine, timeout)
             values = self._io().multi_get(keys)
+        return self._compare(seq, keys, values, publish=self.leader)
+
+    def _compare(self, seq: int, keys: list[str], values: list[bytes], publish: bool = False) -> list[dict]:
+        """Raise CollectiveMismatch if the descriptors disagree; the leader posts its verdict first."""
         calls = [self.open(k, v) for k, v in zip(keys, values)]
         problems = find_problems(calls)
-        if problems:
-            if any(c.get("abandoned") for c in calls):
-                self._broken = (f"simgpu: {self._label()} is unusable: a rank abandoned collective #{seq} "
-                                f"after a strict timeout; its ranks are out of step (restart them)")
-            raise CollectiveMismatch(render_mismatch(self._label(), seq, calls, problems))
-        return calls
+        if not problems:
+            if publish:
+                self._publish(seq, {"ok": True})
+            return calls
+        message = render_mismatch(self._label(), seq, calls, problems)
+        abandoned = None
+        if any(c.get("abandoned") for c in calls):
+            abandoned = (f"simgpu: {self._label()} is unusable: a rank abandoned collective #{seq} "
+                         f"after a strict timeout; its ranks are out of step (restart them)")
+            self._broken = abandoned
+        if publish:
+            self._publish(seq, {"mismatch": message, "abandoned": abandoned})
+        raise CollectiveMismatch(message)
+
+    def _publish(self, seq: int, verdict: dict) -> None:
+        """The leader's verdict on collective seq, signed; verdicts that old are deleted as descriptors are."""
+        key = self._key(seq, "verdict")
+        self._post_io().set(key, self.seal(key, _dumps(verdict)))
+        with self._lock:
+            self._verdicts.append(seq)
+
+    def _await_verdict(self, seq: int, timeout: float) -> dict | None:
+        """The leader's verdict on collective seq, waiting up to `timeout` seconds (None: none came)."""
+        key = self._key(seq, "verdict")
+        io = self._io()
+        try:
+            if self._channel_client is not None:
+                self._channel_client.set_timeout(timedelta(seconds=timeout))
+            else:
+                io.wait([key], timedelta(seconds=timeout))
+            raw = io.get(key)
+        except (dist.DistStoreError, RuntimeError) as exc:
+            if not isinstance(exc, dist.DistStoreError) and "timeout" not in str(exc).lower():
+                raise
+            return None
+        return json.loads(self.verified(key, raw))
 
     def reject(self, call: Call, error: BaseException) -> None:
         """This rank refused its call locally (NCCL's argument checks): post that and return at once.
@@ -345,10 +409,12 @@ class StrictChecker:
         it deletes up to n - 1 - MAX_UNSETTLED, while it waits for the others anyway.
         """
         with self._lock:  # _post appends from the issuing threads
-            old = [s for s in self._own if s <= seq]
+            old = [self._key(s, self.rank) for s in self._own if s <= seq]
+            old += [self._key(s, "verdict") for s in self._verdicts if s <= seq]
             self._own = [s for s in self._own if s > seq]
-        for s in old:
-            self._io().delete_key(self._key(s, self.rank))
+            self._verdicts = [s for s in self._verdicts if s > seq]
+        for key in old:
+            self._io().delete_key(key)
 
     def _timed_out(self, mine: dict, timeout: float) -> None:
         """Diagnose who is missing, leave a tombstone for late ranks, refuse further collectives.

@@ -8,8 +8,9 @@ plain-PyTorch equivalent: data parallelism over a global batch split across rank
 the global batch with the mean loss; FSDP / TP / SP / pipelining are the unsharded model. The
 global batch is fixed, so the reference does not depend on the number of GPUs.
 
-Every program runs on 2 simulated GPUs, the two on a 2-D mesh (hsdp, fsdp_tp) on 4; with --full
-also on 4 (and those two on 8). `-k gpus2` selects one GPU count.
+Every program runs on 2 simulated GPUs, the two on a 2-D mesh (hsdp, fsdp_tp) on 4, the 3-D one
+(fsdp_tp_pp) on 8; with --full also on 4 (those two on 8, the 3-D one on 64). `-k gpus2` selects one
+GPU count.
 """
 from __future__ import annotations
 
@@ -79,12 +80,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def simgpu_run(n: int, *args: str) -> subprocess.CompletedProcess:
+def simgpu_run(n: int, *args: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
     """`simgpu run --gpus n ARGS...` in a fresh process; torchrun is found beside sys.executable."""
     bindir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
     cmd = [sys.executable, "-m", "simgpu", "run", "--gpus", str(n), *args]
-    return run_bounded(cmd, TIMEOUT, cwd=ROOT, env=env)
+    return run_bounded(cmd, timeout, cwd=ROOT, env=env)
 
 
 def decisive(stderr: str, keep: int = 30) -> str:
@@ -99,12 +100,12 @@ def decisive(stderr: str, keep: int = 30) -> str:
     return "\n".join(lines[-keep:])
 
 
-def launch(n: int, name: str, *args: str, torchrun: bool = False) -> subprocess.CompletedProcess:
+def launch(n: int, name: str, *args: str, torchrun: bool = False, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
     script = str(PROGRAMS / f"{name}.py")
     if torchrun:
         return simgpu_run(n, "torchrun", "--nproc-per-node", str(n), "--master-port", str(free_port()),
-                          script, *args)
-    return simgpu_run(n, script, *args)
+                          script, *args, timeout=timeout)
+    return simgpu_run(n, script, *args, timeout=timeout)
 
 
 def parse(n: int, name: str, done: subprocess.CompletedProcess) -> tuple[list[float], float]:
@@ -119,8 +120,9 @@ def parse(n: int, name: str, done: subprocess.CompletedProcess) -> tuple[list[fl
     return [losses[i] for i in range(len(losses))], float(finals[0])
 
 
-def run_program(n: int, name: str, *args: str, torchrun: bool = False) -> tuple[list[float], float]:
-    return parse(n, name, launch(n, name, *args, torchrun=torchrun))
+def run_program(n: int, name: str, *args: str, torchrun: bool = False,
+                timeout: float = TIMEOUT) -> tuple[list[float], float]:
+    return parse(n, name, launch(n, name, *args, torchrun=torchrun, timeout=timeout))
 
 
 def check(got: tuple[list[float], float], want: tuple[list[float], float],
@@ -700,6 +702,38 @@ def ref_funcol():
 @gpus(2, 4)
 def test_funcol(n):
     check(run_program(n, "funcol", torchrun=True), ref_funcol())
+
+
+# -- 10b. fsdp_tp_pp: 3-D parallelism ------------------------------------------------------------
+
+@reference
+def ref_fsdp_tp_pp():
+    """The program's own transformer, batches and loss on one process: pipelining's 4 equal
+    microbatches (gradients scaled by 1/4) averaged by FSDP over dp are the global batch's mean loss;
+    tensor parallelism splits the sums of the same products."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fsdp_tp_pp", PROGRAMS / "fsdp_tp_pp.py")
+    program = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(program)
+    torch.manual_seed(0)
+    model = program.Transformer()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=True)
+    losses = []
+    for tokens, targets in program.batches(torch.Generator().manual_seed(11)):
+        opt.zero_grad()
+        loss = program.loss_fn(model(tokens), targets)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, param_sum(model)
+
+
+@gpus(8, 64)
+@needs("torch.distributed.fsdp:fully_shard", "pipelining-shape-inference")
+def test_fsdp_tp_pp(n):
+    """FSDP2 x tensor parallel x pipeline on a 2 x 2 x 2 mesh (8 GPUs), with --full on 4 x 4 x 4 (64)."""
+    check(run_program(n, "fsdp_tp_pp", torchrun=True, timeout=TIMEOUT if n <= 8 else 1200), ref_fsdp_tp_pp())
 
 
 # -- 11. compile_ddp -----------------------------------------------------------------------------

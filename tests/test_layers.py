@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                    "simgpu.cuda_sim.*")),
     ("ranks", ("simgpu", "simgpu.protocol", "simgpu.pool", "simgpu.rank", "simgpu.outcomes", "simgpu.tracebacks",
                "simgpu.attach", "simgpu.in_step", "simgpu.selection")),
-    ("front ends", ("simgpu.launcher", "simgpu.reaper", "simgpu.__main__", "simgpu._boot", "simgpu._boot.*",
+    ("front ends", ("simgpu.launcher", "simgpu.reaper", "simgpu.template", "simgpu.__main__", "simgpu._boot", "simgpu._boot.*",
                     "simgpu.testing")),
     ("conformance suite", ("conformance", "conformance.*")),
     ("benchmarks and calibration", ("realgpu.bench", "realgpu.bench_ops", "realgpu.bench_report",

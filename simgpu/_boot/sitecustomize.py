@@ -5,6 +5,11 @@ tool the program starts, a Python without torch) pays nothing and sees nothing. 
 process imports torch, the simulation starts (simgpu.cuda_sim.activate), or the process stops with
 one line and exit status 3: a program launched on simulated GPUs never runs on none. Any other
 sitecustomize on the path still runs, after this one.
+
+When the run has a warm template (simgpu/template.py), a process that would import torch as a rank
+does is first offered to it (template_proxy.py): a fork of the template, which has imported torch
+and started the simulation once for the whole run, runs this process's program, and this process
+stands in for it until it exits.
 """
 import importlib.abc
 import importlib.util
@@ -87,6 +92,22 @@ def _chain_next_sitecustomize():
             return
 
 
+def _serve_from_template():
+    """Hand this process's program to the run's warm template, if it has one (never returns then)."""
+    if not os.environ.get("SIMGPU_TEMPLATE_SOCKET"):
+        return
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "template_proxy.py")
+    spec = importlib.util.spec_from_file_location("_simgpu_template_proxy", path)  # no simgpu import: no torch
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.serve_or_continue()
+
+
 if os.environ.get("SIMGPU_GPUS"):
+    try:
+        _serve_from_template()
+    except Exception as exc:  # noqa: BLE001 - the process starts on its own; never unsimulated
+        sys.stderr.write(f"simgpu run: the warm template could not take this process ({type(exc).__name__}: "
+                         f"{exc}); it imports torch itself\n")
     _install_import_hook()
 _chain_next_sitecustomize()

@@ -13,7 +13,7 @@ import os
 from simgpu.cuda_sim.errors import GPUS_ENV, SimulationError
 from simgpu.torch_support import unsupported_reason
 
-__all__ = ["activate", "active", "SimulationError", "check_torch_version"]
+__all__ = ["activate", "active", "preload", "SimulationError", "check_torch_version"]
 _active = False
 
 
@@ -26,6 +26,17 @@ def check_torch_version(version: str) -> None:
 
 def active() -> bool:
     return _active
+
+
+def preload() -> None:
+    """Import what activate() installs, installing nothing: a process that forks ranks (the pool's fork
+    server) pays the imports once for every rank, whether its ranks simulate GPUs or not. torch._dynamo
+    (torch.compiler.set_stance, attention.install) is most of the time activate() takes."""
+    import torch._dynamo  # noqa: F401
+
+    from simgpu.cuda_sim import (api, attention, autocast, comm, cuda_build, cuda_kernels,  # noqa: F401
+                                 distributed, dtensor_new, fake_tensors, generator_identity, higher_order, random_ops,
+                                 serialization, surface, tensors, warning_sites)
 
 
 def activate(gpus: int | None = None) -> None:
@@ -41,6 +52,7 @@ def activate(gpus: int | None = None) -> None:
     text = os.environ.get(GPUS_ENV, "")
     if not text.isdigit() or int(text) < 1:
         raise SimulationError(f"simgpu: {GPUS_ENV}={text!r}: the number of simulated GPUs must be a positive integer")
+    preload()
     from simgpu.cuda_sim import (api, attention, autocast, comm, cuda_build, cuda_kernels, distributed, dtensor_new,
                                  fake_tensors, generator_identity, higher_order, random_ops, serialization, surface,
                                  tensors, warning_sites)
