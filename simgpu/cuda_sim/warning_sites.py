@@ -22,9 +22,8 @@ import types
 import warnings
 from typing import Any, Callable
 
-import simgpu
-
-_SIMGPU_DIR = os.path.dirname(os.path.abspath(simgpu.__file__)) + os.sep
+# the simgpu package's folder, from this file's place in it (importing the package would break the layer order)
+_SIMGPU_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _TRAMPOLINES = {("overrides.py", "handle_torch_function")}  # torch's frames that exist only to call a mode
 _original: Callable[[Any], None] | None = None
 
