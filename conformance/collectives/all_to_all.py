@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from conformance.collectives.common import (async_verdict, draw_frame, draw_layout, expect, large, large_inputs,
                                             members_only, output, per_rank, tensor)
 from conformance.oracle import OK, Verdict, check_exact_copy
+from conformance.dtypes import DTYPES
 from conformance.spec import Case, CollectiveSpec, register
 from conformance.strategies import large_numel, shapes, values
 from conformance.tensors import arrays
@@ -45,7 +46,11 @@ def _draw_rows(draw: Any, case: Case, cell: Any, profile: Any) -> tuple[tuple[in
         return draw(shapes(min_dims=0, max_dims=1), label="trailing shape"), _draw_matrix(
             draw, case.size, cell.collective, profile)
     share = -(-draw(large_numel(case.dtype), label="large numel") // case.size) | 1
-    return (), [[share + k for k in row] for row in _draw_matrix(draw, case.size, cell.collective, profile)]
+    matrix = _draw_matrix(draw, case.size, cell.collective, profile)
+    itemsize = max(1, DTYPES[case.dtype].bits // 8)
+    while all(sum(share + k for k in row) * itemsize % 4096 == 0 for row in matrix):
+        share += 2  # the pieces of an even world can add up to whole chunks: keep a partial last one
+    return (), [[share + k for k in row] for row in matrix]
 
 
 def list_cases(draw: Any, world_size: int, cell: Any, profile: Any) -> Case:
