@@ -8,6 +8,8 @@ for bit, the transforms through CUDA's fast log/exp/tan within a few units. Belo
 rest on, against exact references."""
 from __future__ import annotations
 
+import gzip
+import json
 from fractions import Fraction
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import numpy as np
 import pytest
 
 from simgpu.cuda_sim import cuda_math, philox
+from simgpu.cuda_sim import random_kernels as kernels
 from tests.test_simgpu_run import SCRIPTS, simgpu_run
 
 REFERENCE = sorted((Path(__file__).resolve().parent / "cuda_reference").glob("random-streams-*.json.gz"))[-1]
@@ -45,6 +48,40 @@ def test_philox_matches_the_random123_known_answers() -> None:
     assert [int(v[0, 0]) for v in later] == [int(v[0, 5]) for v in same]
     with pytest.raises(ValueError, match="multiple of 4"):
         philox.block(seed=0, offset=6, first=0, calls=1, threads=1)
+
+
+class _Stream:
+    """A CUDA generator's (seed, offset) bookkeeping, started where a recorded call started."""
+
+    def __init__(self, seed: int, offset: int):
+        self.seed, self.offset = seed, offset
+
+    def philox_state(self, increment: int) -> tuple[int, int]:
+        offset, self.offset = self.offset, self.offset + (increment + 3) // 4 * 4
+        return self.seed, offset
+
+
+@pytest.mark.parametrize("case,dtype,draw", [("huge/rand_float32", np.float32, philox.uniform4),
+                                             ("huge/uniform_float64", np.float64, philox.uniform2_double)])
+def test_launches_over_2_gib_split_in_halves_as_on_the_h200(case: str, dtype: type, draw: philox.Draw) -> None:
+    """600M floats (300M doubles) exceed 32-bit indexing: CUDA takes an offset for the whole, then launches
+    each half with its own. The plan's final offset and the recorded sampled elements (each computed from
+    its own Philox counter here, without making the 2.4 GB tensor) are the H200's."""
+    with gzip.open(REFERENCE, "rt") as f:
+        recorded = json.load(f)["cases"][case]
+    output = recorded["outputs"][0]
+    stream = _Stream(*recorded["before"])
+    plan = list(kernels.launches([output["numel"]], [1], np.dtype(dtype).itemsize, philox.PER_CALL[draw], stream))
+    assert len(plan) == 2 and stream.offset == recorded["after"][1]
+    for index, want in output["samples"].items():
+        index = int(index)
+        shape, _, start, seed, offset = next(p for p in plan if p[2] <= index < p[2] + p[0][0])
+        threads = kernels.grid(shape[0]) * kernels.BLOCK
+        local = index - start
+        call, value = divmod(local // threads, philox.PER_CALL[draw])
+        lanes = philox.block(seed, offset, call, 1, np.array([local % threads], np.uint64))
+        got = draw(*lanes)[value, 0, 0]
+        assert np.where(got == 1, 0, got).astype(dtype).tobytes().hex() == want, index  # (0, 1] -> [0, 1)
 
 
 def _exact_round32(value: Fraction) -> np.float32:
@@ -85,6 +122,7 @@ def test_the_mufu_table_is_a_sine_of_the_cell() -> None:
     v = np.linspace(0, 6.28, 100_001).astype(np.float32)
     sin, cos = cuda_math.sincosf_fast(v)
     assert sin[0] == 0 and cos[0] == 1
-    cells = np.floor(v.astype(np.float64) * float(np.float32(0.15915494)) * 2**25) * 2.0**-25
+    q = np.floor(v.astype(np.float64) * float(np.float32(0.15915494)) * 2**25)
+    cells = np.where(q >= 2**24, q - q % 2, q) * 2.0**-25  # float32 holds only even cells above 1/2
     assert np.abs(sin - np.sin(2 * np.pi * cells)).max() < 2**-21
     assert np.abs(cos - np.cos(2 * np.pi * cells)).max() < 2**-21

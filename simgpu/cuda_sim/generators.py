@@ -98,7 +98,10 @@ class CudaGenerator(torch._C.Generator):
         return _real_state(self._seed, self._offset)
 
     def set_state(self, new_state: torch.Tensor) -> "CudaGenerator":  # type: ignore[override]
-        self._seed, self._offset = _read_state(new_state)
+        seed, offset = _read_state(new_state)
+        if offset % 4:  # CUDAGeneratorImpl::set_philox_offset_per_thread
+            raise RuntimeError(f"offset must be a multiple of 4 (got {offset})")
+        self._seed, self._offset = seed, offset
         return self
 
     def clone_state(self) -> "CudaGenerator":  # type: ignore[override]

@@ -19,7 +19,7 @@ Dropout.cu, Randperm.cu/.cuh, MultinomialKernel.cu, ATen/cuda/CUDAApplyUtils.cuh
 from __future__ import annotations
 
 import math
-from typing import Callable, Protocol
+from typing import Callable, Iterator, Protocol
 
 import numpy as np
 import torch
@@ -142,21 +142,25 @@ def nullary(out: torch.Tensor, stream: Stream, draw: philox.Draw, transform: Tra
     if out.numel() == 0:
         return out
     shape, stride = iteration_view(out)
-    _launch(out, shape, stride, 0, stream, draw, transform, to_torch)
+    for sub_shape, sub_stride, offset, seed, philox_offset in launches(shape, stride, out.element_size(),
+                                                                       philox.PER_CALL[draw], stream):
+        values = grid_stride_values(seed, philox_offset, math.prod(sub_shape), draw, transform)
+        view = _strided_view(out, sub_shape, sub_stride, offset)
+        view.copy_(to_torch(values).view(view.shape))
     return out
 
 
-def _launch(out: torch.Tensor, shape: list[int], stride: list[int], offset: int, stream: Stream,
-            draw: philox.Draw, transform: Transform, to_torch: Callable[[np.ndarray], torch.Tensor]) -> None:
-    numel = math.prod(shape)
-    seed, philox_offset = stream.philox_state(counter_offset(numel, philox.PER_CALL[draw]))
-    if not _fits_32bit(shape, stride, out.element_size()):
-        for sub in _split_32bit(shape, stride, offset, out.element_size()):
-            _launch(out, *sub, stream, draw, transform, to_torch)
+def launches(shape: list[int], stride: list[int], itemsize: int, unroll: int, stream: Stream,
+             offset: int = 0) -> Iterator[tuple[list[int], list[int], int, int, int]]:
+    """distribution_nullary_kernel's launches over an iterator (shape, stride innermost first): (shape,
+    stride, element offset, seed, Philox offset) of each, in order. A launch takes its Philox offset before
+    it looks at its size, so one split in halves moves the offset for the whole and for each half."""
+    seed, philox_offset = stream.philox_state(counter_offset(math.prod(shape), unroll))
+    if _fits_32bit(shape, stride, itemsize):
+        yield shape, stride, offset, seed, philox_offset
         return
-    values = grid_stride_values(seed, philox_offset, numel, draw, transform)
-    view = _strided_view(out, shape, stride, offset)
-    view.copy_(to_torch(values).view(view.shape))
+    for sub_shape, sub_stride, sub_offset in _split_32bit(shape, stride, offset, itemsize):
+        yield from launches(sub_shape, sub_stride, itemsize, unroll, stream, sub_offset)
 
 
 # ---- CUDA_tensor_apply2: bernoulli_(Tensor p) ----------------------------------------------------

@@ -179,7 +179,9 @@ def _random(out: torch.Tensor, stream: Any) -> torch.Tensor:
     return kernels.nullary(out, stream, draw, lambda raw: cast(raw % modulus, out.dtype), to_torch(out.dtype))
 
 
-def _random_from_to(out: torch.Tensor, span: int, base: int, stream: Any) -> torch.Tensor:
+def _random_from_to(out: torch.Tensor, span: int, base: int, stream: Any) -> Any:
+    if span == 0:  # 2^64 values (random_(0) of a uint64): CUDA's `% range` is undefined there
+        return NotImplemented
     wide = span >= 1 << 28  # "allow approx 5% skew in uniform int generation using %"
     span_, base_ = np.uint64(span), np.uint64(base % 2**64)
 
@@ -211,7 +213,7 @@ def _update_to(value: int, dtype: torch.dtype) -> int:
     return value
 
 
-def _random_range(out: torch.Tensor, low: int, high: int | None, stream: Any) -> torch.Tensor:
+def _random_range(out: torch.Tensor, low: int, high: int | None, stream: Any) -> Any:
     """random_from_to_impl: the range and base of random_(from, to), then the kernel."""
     dtype = out.dtype
     if high is not None:
@@ -229,14 +231,21 @@ def _random_range(out: torch.Tensor, low: int, high: int | None, stream: Any) ->
 
 
 # ---- the aten ops -------------------------------------------------------------------------------
-Handler = Callable[[dict, Any, int], Any]
+_ALL = tuple(_NUMPY) + (torch.bfloat16,)
+_INTEGERS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 _INPLACE_DTYPES = {
     "uniform_": FLOATS, "normal_": FLOATS, "exponential_": FLOATS, "log_normal_": FLOATS, "cauchy_": FLOATS,
-    "geometric_": FLOATS + (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8),
-    "bernoulli_": tuple(_NUMPY), "random_": tuple(_NUMPY),
+    "geometric_": FLOATS + _INTEGERS, "bernoulli_": _ALL, "random_": _ALL,
 }
-_INPLACE_DTYPES["bernoulli_"] = _INPLACE_DTYPES["random_"] = tuple(_NUMPY) + (torch.bfloat16,)
-_RANDOM_DEFAULT = FLOATS + (torch.bool, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+_RANDOM_DEFAULT = FLOATS + _INTEGERS + (torch.bool,)  # random_() itself: no unsigned types wider than 8 bits
+# the distributions that take only floats: packet -> ((argument, default), ...), kernel
+_DISTRIBUTIONS: dict[str, tuple[tuple[tuple[str, Any], ...], Callable]] = {
+    "normal_": ((("mean", 0.0), ("std", 1.0)), lambda t, m, s, g: _normal(t, m, s, g)),
+    "log_normal_": ((("mean", 1.0), ("std", 2.0)), lambda t, m, s, g: _log_normal(t, m, s, g)),
+    "exponential_": ((("lambd", 1.0),), lambda t, lambd, g: _exponential(t, lambd, g)),
+    "geometric_": ((("p", None),), lambda t, p, g: _geometric(t, p, g)),
+    "cauchy_": ((("median", 0.0), ("sigma", 1.0)), lambda t, m, s, g: _cauchy(t, m, s, g)),
+}
 
 
 def _check(packet: str, self: torch.Tensor, *args: Any) -> None:
@@ -244,54 +253,48 @@ def _check(packet: str, self: torch.Tensor, *args: Any) -> None:
     getattr(torch.empty(0, dtype=self.dtype), packet)(*args)
 
 
-def _inplace(bound: dict, stream: Any, index: int, packet: str, overload: str) -> Any:
+def _inplace(bound: dict, stream: Any, packet: str, overload: str = "default") -> Any:
+    """uniform_, normal_, random_, bernoulli_, exponential_, geometric_, log_normal_, cauchy_ on `self`."""
     self = bound["self"]
-    if self.is_complex() and packet in ("uniform_", "normal_"):
+    if self.is_complex() and packet in ("uniform_", "normal_"):  # the real and imaginary parts, as floats
         real = torch.view_as_real(self)
-        _check(packet, real, bound.get("from", bound.get("mean", 0.0)),
-               bound.get("to", bound.get("std", 1.0)))
         if packet == "uniform_":
-            _uniform(real, bound.get("from", 0.0), bound.get("to", 1.0), stream)
+            _inplace({**bound, "self": real}, stream, packet)
         else:
-            _normal(real, bound.get("mean", 0.0), bound.get("std", 1.0) / math.sqrt(2), stream)
+            std = bound.get("std", 1.0)
+            _check(packet, real, bound.get("mean", 0.0), std)
+            _normal(real, bound.get("mean", 0.0), std / math.sqrt(2), stream)
         return self
     if self.dtype not in _INPLACE_DTYPES[packet] or self.layout != torch.strided or \
             torch._debug_has_internal_overlap(self) == 1:
         return NotImplemented
+    if packet in _DISTRIBUTIONS:
+        parameters, kernel = _DISTRIBUTIONS[packet]
+        values = [bound.get(name, default) for name, default in parameters]
+        _check(packet, self, *values)
+        return kernel(self, *values, stream)
     if packet == "uniform_":
         low, high = bound.get("from", 0.0), bound.get("to", 1.0)
         _check(packet, self, low, high)
-        info = torch.finfo(self.dtype)
+        info = torch.finfo(self.dtype)  # uniform_impl_ clamps the bounds to the dtype's range
         return _uniform(self, min(max(low, info.min), info.max), min(max(high, info.min), info.max), stream)
-    if packet == "normal_":
-        _check(packet, self, bound.get("mean", 0.0), bound.get("std", 1.0))
-        return _normal(self, bound.get("mean", 0.0), bound.get("std", 1.0), stream)
-    if packet == "log_normal_":
-        _check(packet, self, bound.get("mean", 1.0), bound.get("std", 2.0))
-        return _log_normal(self, bound.get("mean", 1.0), bound.get("std", 2.0), stream)
-    if packet == "exponential_":
-        _check(packet, self, bound.get("lambd", 1.0))
-        return _exponential(self, bound.get("lambd", 1.0), stream)
-    if packet == "geometric_":
-        _check(packet, self, bound["p"])
-        return _geometric(self, bound["p"], stream)
-    if packet == "cauchy_":
-        _check(packet, self, bound.get("median", 0.0), bound.get("sigma", 1.0))
-        return _cauchy(self, bound.get("median", 0.0), bound.get("sigma", 1.0), stream)
     if packet == "bernoulli_":
         p = bound.get("p", 0.5)
         if isinstance(p, torch.Tensor):
             return _bernoulli_tensor(self, p, stream)
         _check(packet, self, p)
         return _bernoulli_scalar(self, p, stream)
-    # random_
-    if overload == "default":
+    if overload == "default":  # random_
         if self.dtype not in _RANDOM_DEFAULT:
             return NotImplemented
         _check(packet, self)
         return _random(self, stream)
-    low, high = (0, bound["to"]) if overload == "to" else (bound["from"], bound.get("to"))
-    _check(packet, self, low, high) if overload != "to" else _check(packet, self, high)
+    if overload == "to":
+        low, high = 0, bound["to"]
+        _check(packet, self, high)
+    else:
+        low, high = bound["from"], bound.get("to")
+        _check(packet, self, low, high)
     return _random_range(self, low, high, stream)
 
 
@@ -323,7 +326,7 @@ def _positional_names(func: Any) -> list[str]:
     return [a.name for a in func._schema.arguments if not a.kwarg_only]
 
 
-def _factory(bound: dict, stream: Any, index: int, packet: str, overload: str, func: Any) -> Any:
+def _factory(bound: dict, stream: Any, packet: str, overload: str, func: Any) -> Any:
     out_variant = "out" in bound
     if packet in ("rand_like", "randn_like", "randint_like") and out_variant:
         return NotImplemented
@@ -338,16 +341,14 @@ def _factory(bound: dict, stream: Any, index: int, packet: str, overload: str, f
     if result.dtype not in _INPLACE_DTYPES["random_" if randint else "uniform_"] and (randint or not result.is_complex()):
         return NotImplemented
     if packet in ("rand", "rand_like"):
-        return _inplace({"self": result}, stream, index, "uniform_", "default")
+        return _inplace({"self": result}, stream, "uniform_")
     if packet in ("randn", "randn_like"):
-        return _inplace({"self": result}, stream, index, "normal_", "default")
+        return _inplace({"self": result}, stream, "normal_")
     if packet == "normal":  # float_float
-        return _inplace({"self": result, "mean": bound["mean"], "std": bound["std"]}, stream, index, "normal_",
-                        "default")
+        return _inplace({"self": result, "mean": bound["mean"], "std": bound["std"]}, stream, "normal_")
     high = bound["high"]
     high = int(high.item()) if isinstance(high, torch.Tensor) else int(high)
-    return _inplace({"self": result, "from": int(bound.get("low", 0)), "to": high}, stream, index, "random_",
-                    "from")
+    return _inplace({"self": result, "from": int(bound.get("low", 0)), "to": high}, stream, "random_", "from")
 
 
 def _randperm(bound: dict, stream: Any, out_variant: bool) -> Any:
@@ -374,7 +375,7 @@ def _randperm(bound: dict, stream: Any, out_variant: bool) -> Any:
     return result
 
 
-def _normal_tensor(bound: dict, stream: Any, index: int, overload: str) -> Any:
+def _normal_tensor(bound: dict, stream: Any, overload: str) -> Any:
     """normal(Tensor, Tensor) and kin: standard normals, then scaled and shifted as torch's templates do."""
     if overload.endswith("out"):
         return NotImplemented
@@ -382,15 +383,15 @@ def _normal_tensor(bound: dict, stream: Any, index: int, overload: str) -> Any:
     if overload == "Tensor_Tensor":
         out = torch.empty(torch.broadcast_shapes(mean.shape, std.shape), dtype=mean.dtype)
         _check_std(std)
-        _inplace({"self": out}, stream, index, "normal_", "default")
+        _inplace({"self": out}, stream, "normal_")
         return out.mul_(std).add_(mean)
     if overload == "Tensor_float":
         out = torch.empty_like(mean, memory_format=torch.contiguous_format)
-        _inplace({"self": out, "mean": 0.0, "std": std}, stream, index, "normal_", "default")
+        _inplace({"self": out, "mean": 0.0, "std": std}, stream, "normal_")
         return out.add_(mean)
     _check_std(std)  # float_Tensor
     out = torch.empty_like(std, memory_format=torch.contiguous_format)
-    _inplace({"self": out}, stream, index, "normal_", "default")
+    _inplace({"self": out}, stream, "normal_")
     return out.mul_(std).add_(torch.full((), mean, dtype=out.dtype))
 
 
@@ -399,7 +400,7 @@ def _check_std(std: torch.Tensor) -> None:
         raise RuntimeError("normal expects all elements of std >= 0.0")
 
 
-def _bernoulli(bound: dict, stream: Any, index: int, overload: str) -> Any:
+def _bernoulli(bound: dict, stream: Any, overload: str) -> Any:
     self = bound["self"]
     if overload == "default":
         out = torch.empty_like(self, memory_format=torch.contiguous_format)
@@ -415,7 +416,7 @@ def _bernoulli(bound: dict, stream: Any, index: int, overload: str) -> Any:
     return NotImplemented
 
 
-def _multinomial(bound: dict, stream: Any, index: int, overload: str) -> Any:
+def _multinomial(bound: dict, stream: Any, overload: str) -> Any:
     """multinomial: without replacement (or one sample) p / q with q ~ Exp(1) from CUDA's exponential_,
     then argmax or topk, as Distributions.cpp; with replacement, MultinomialKernel.cu's binary search of
     the normalised cumulative sums (computed here on the host: an element's bucket can differ where CUDA's
@@ -446,7 +447,7 @@ def _multinomial(bound: dict, stream: Any, index: int, overload: str) -> Any:
     return picks.reshape(samples) if self.dim() == 1 else picks
 
 
-def _native_dropout(bound: dict, stream: Any, index: int, overload: str) -> Any:
+def _native_dropout(bound: dict, stream: Any, overload: str) -> Any:
     x, p, train = bound["input"], float(bound["p"]), bound.get("train")
     if overload != "default" or x.dtype not in FLOATS or x.layout != torch.strided:
         return NotImplemented
@@ -458,8 +459,8 @@ def _native_dropout(bound: dict, stream: Any, index: int, overload: str) -> Any:
 
 
 _FACTORIES = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like"}
-_INPLACE = set(_INPLACE_DTYPES)
-PACKETS = frozenset(_FACTORIES | _INPLACE | {"normal", "bernoulli", "multinomial", "native_dropout"})
+_FUNCTIONAL = {"bernoulli": _bernoulli, "multinomial": _multinomial, "native_dropout": _native_dropout}
+PACKETS = frozenset(_FACTORIES | set(_INPLACE_DTYPES) | set(_FUNCTIONAL) | {"normal"})
 
 
 def run(func: Any, args: tuple, kwargs: dict, index: int) -> Any:
@@ -473,20 +474,15 @@ def run(func: Any, args: tuple, kwargs: dict, index: int) -> Any:
     if stream is None:
         return NotImplemented
     overload = func._overloadname
-    if packet in _INPLACE:
-        return _inplace(bound, stream, index, packet, overload)
-    if packet == "normal":
-        if overload.startswith("float_float"):
-            return NotImplemented if overload.endswith("out") else _factory(bound, stream, index, packet, overload,
-                                                                              func)
-        return _normal_tensor(bound, stream, index, overload)
-    if packet == "bernoulli":
-        return _bernoulli(bound, stream, index, overload)
-    if packet == "multinomial":
-        return _multinomial(bound, stream, index, overload)
-    if packet == "native_dropout":
-        return _native_dropout(bound, stream, index, overload)
-    return _factory(bound, stream, index, packet, overload, func)
+    if packet in _INPLACE_DTYPES:
+        return _inplace(bound, stream, packet, overload)
+    if packet == "normal" and not overload.startswith("float_float"):
+        return _normal_tensor(bound, stream, overload)
+    if packet in _FUNCTIONAL:
+        return _FUNCTIONAL[packet](bound, stream, overload)
+    if overload.endswith("out") and packet == "normal":
+        return NotImplemented
+    return _factory(bound, stream, packet, overload, func)
 
 
 # ---- dropout: CUDA runs the fused kernel (native_dropout) where a CPU tensor takes bernoulli_ ------
