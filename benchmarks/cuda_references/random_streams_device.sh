@@ -3,6 +3,8 @@
 # curand_math_probe.cu and dump __sincosf's table (packed by sincos_table_pack.py), and keep the torch and
 # cuRAND headers the simulation follows, for reading. Everything goes to $OUT.
 #   bash benchmarks/cuda_references/random_streams_device.sh [DIR holding the three scripts]
+# (the device tool returns no file names with '+': the recording comes back as random_streams-2.11.0-cu130.json.gz
+# and is committed as tests/cuda_reference/random-streams-2.11.0+cu130.json.gz; build_mufu_table.py reads sin*.xz)
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 here=$(cd "$(dirname "$0")" && pwd)
