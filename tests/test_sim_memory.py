@@ -37,7 +37,8 @@ def test_blocks_and_segments_follow_the_caching_allocator() -> None:
     assert gpu.allocate(11 * MIB) == 11 * MIB and gpu.total_reserved() == 46 * MIB  # reused
     gpu.free(11 * MIB, 11 * MIB)
     gpu.empty_cache()
-    assert gpu.total_reserved() == 2 * MIB + 18 * MIB  # what the blocks in use need, in whole segments
+    assert gpu.total_reserved() == 2 * MIB + 20 * MIB  # the segments holding blocks in use: the 20 MiB one holds
+    # the 5 MiB and 11 MiB blocks, the two 12 MiB segments are free and go back (as CUDA's release_cached_blocks)
 
 
 def test_each_stream_caches_its_own_blocks() -> None:
@@ -89,3 +90,37 @@ def test_memory_gb_is_enforced_under_simgpu_run() -> None:
                            str(ROOT / "tests" / "sim_scripts" / "memory_limits.py")], cwd=ROOT, env=child_env(),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "OK memory_limits" in done.stdout, done.stdout + done.stderr
+
+
+def test_memory_stats_keep_cudas_counters_per_pool() -> None:
+    gpu = memory.DeviceMemory(0, 80 << 30)
+    small = gpu.allocate(4000)
+    large = gpu.allocate(5 * MIB)
+    gpu.free(small, 4000)
+    stats = gpu.stats()
+    assert stats["allocated_bytes.all.current"] == 5 * MIB and stats["allocated_bytes.all.peak"] == 5 * MIB + 4096
+    assert stats["allocated_bytes.small_pool.allocated"] == stats["allocated_bytes.small_pool.freed"] == 4096
+    assert stats["allocation.large_pool.current"] == 1 and stats["allocation.all.allocated"] == 2
+    assert stats["active_bytes.all.current"] == stats["allocated_bytes.all.current"]
+    assert stats["requested_bytes.all.peak"] == 5 * MIB + 4000
+    assert stats["segment.all.current"] == 2 and stats["num_device_alloc"] == 2
+    assert stats["reserved_bytes.small_pool.current"] == 2 * MIB and stats["reserved_bytes.large_pool.current"] == 20 * MIB
+    gpu.empty_cache()                                 # the small pool's segment goes back; the large one is in use
+    stats = gpu.stats()
+    assert stats["segment.small_pool.current"] == 0 and stats["num_device_free"] == 1
+    assert stats["reserved_bytes.all.current"] == 20 * MIB and stats["reserved_bytes.all.peak"] == 22 * MIB
+    gpu.reset_peaks()
+    assert gpu.stats()["reserved_bytes.all.peak"] == 20 * MIB
+    gpu.reset_accumulated()
+    assert gpu.stats()["allocation.all.allocated"] == 0 and gpu.stats()["allocation.all.current"] == 1
+    gpu.free(large, 5 * MIB)
+
+
+def test_torch_formats_the_summary_from_the_models_stats(monkeypatch) -> None:
+    """torch.cuda.memory_summary reads every metric x pool x field key: a missing one is a KeyError."""
+    gpu = memory.DeviceMemory(0, 80 << 30)
+    gpu.allocate(3 * MIB)
+    monkeypatch.setattr(torch.cuda.memory, "memory_stats", lambda device=None: gpu.stats())
+    table = torch.cuda.memory.memory_summary(0)
+    assert "| Allocated memory      |   3072 KiB |   3072 KiB |   3072 KiB |      0 B   |" in table, table
+    assert "| GPU reserved segments |       1    |       1    |       1    |       0    |" in table, table

@@ -343,13 +343,16 @@ def memory_stats(device: Any = None) -> dict[str, int]:
     return collections.OrderedDict(sorted(stats.items()))  # CUDA's type, sorted as CUDA sorts its keys
 
 
-def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
-    from simgpu.cuda_sim.memory import format_size
+_TORCH_MEMORY_SUMMARY = torch.cuda.memory.memory_summary  # torch's own table, over memory_stats below
 
-    mem = devices.memory_of(_index(device))
-    return (f"simgpu simulated GPU {mem.index} (caching-allocator model): allocated {format_size(mem.total_allocated())}"
-            f" (peak {format_size(mem.peak_allocated)}), reserved {format_size(mem.total_reserved())} (peak "
-            f"{format_size(mem.peak_reserved)}), capacity {format_size(mem.limit)}; {mem.ooms} OOM(s)")
+
+def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    """CUDA's table (torch formats it from memory_stats, which reads the allocator model)."""
+    return _TORCH_MEMORY_SUMMARY(_index(device), abbreviated)
+
+
+def reset_accumulated_memory_stats(device: Any = None) -> None:
+    devices.memory_of(_index(device)).reset_accumulated()
 
 
 def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
@@ -459,7 +462,7 @@ TORCH_CUDA = {
     "memory_stats": memory_stats, "memory_summary": memory_summary,
     "set_per_process_memory_fraction": set_per_process_memory_fraction, "ipc_collect": _nothing,
     "reset_max_memory_allocated": reset_peak_memory_stats, "reset_max_memory_cached": reset_peak_memory_stats,
-    "reset_accumulated_memory_stats": _nothing, "memory_cached": memory_reserved,
+    "reset_accumulated_memory_stats": reset_accumulated_memory_stats, "memory_cached": memory_reserved,
     "max_memory_cached": max_memory_reserved, "can_device_access_peer": can_device_access_peer,
     "check_error": check_error, "_lazy_call": lambda callable, **kwargs: callable(),  # simulated GPUs are ready at once: nothing is queued
     "get_gencode_flags": lambda: "-gencode compute=compute_90,code=sm_90", "has_half": True, "has_magma": True,
@@ -490,7 +493,7 @@ TORCH_ACCELERATOR = {
     "get_device_capability": lambda device=None: {"major": CAPABILITY[0], "minor": CAPABILITY[1]},
     "get_memory_info": lambda device=None: mem_get_info(device), "memory_reserved": memory_reserved,
     "max_memory_reserved": max_memory_reserved, "memory_stats": lambda device=None: memory_stats(device),
-    "reset_accumulated_memory_stats": _nothing, "empty_host_cache": _nothing,
+    "reset_accumulated_memory_stats": reset_accumulated_memory_stats, "empty_host_cache": _nothing,
 }
 
 

@@ -4,8 +4,9 @@ Every storage on a simulated GPU is charged what PyTorch's CUDA caching allocato
 (c10/cuda/CUDACachingAllocator.cpp): a block rounded up to 512 bytes; blocks of at most 1 MiB come
 from 2 MiB segments (the small pool), larger ones from 20 MiB segments when under 10 MiB, else from a
 segment of their own size rounded up to 2 MiB (the large pool). A freed block stays reserved (cached)
-for the next allocation of its pool; `empty_cache` gives back what is not in use. The model keeps one
-free-byte count per pool instead of the allocator's block lists (no fragmentation): reserved memory
+for the next allocation of its pool; `empty_cache` gives back the segments no block uses. The model keeps
+one free-byte count per pool and the segments' sizes instead of the allocator's block lists (no
+fragmentation, and which segment holds which block is not known to empty_cache): reserved memory
 is what the segments hold, allocated memory the blocks in use, and their peaks are the allocator's
 within the rounding of one segment per pool and stream. A large block whose fresh segment would keep no
 more than 1 MiB beside it is given the whole segment (the allocator splits large blocks only above that).
@@ -63,27 +64,50 @@ def _pool(block: int) -> int:
     return 0 if block <= SMALL_SIZE else 1
 
 
+POOL_NAMES = ("small_pool", "large_pool")  # c10's StatType order after "all"
+TRACKED = ("allocation", "allocated_bytes", "requested_bytes", "segment", "reserved_bytes")
+ALIASES = {"active": "allocation", "active_bytes": "allocated_bytes"}  # no block is freed while a stream uses it
+UNMODELLED = ("inactive_split", "inactive_split_bytes")  # split blocks' free tails: no fragmentation model
+
+
+@dataclass
+class Stat:
+    """c10's Stat: a current value, its peak, and the running sums of what was added and taken away."""
+
+    current: int = 0
+    peak: int = 0
+    allocated: int = 0
+    freed: int = 0
+
+    def add(self, amount: int) -> None:
+        if amount >= 0:
+            self.allocated += amount
+        else:
+            self.freed -= amount
+        self.current += amount
+        self.peak = max(self.peak, self.current)
+
+
+def _stats_row() -> list[Stat]:
+    return [Stat(), Stat(), Stat()]  # all, small pool, large pool
+
+
 @dataclass
 class DeviceMemory:
     """One simulated GPU's allocator state (per process, as each process has its own allocator).
 
     Blocks and segments are counted per (pool, stream): the caching allocator never hands a block cached
     for one stream to an allocation on another, so a side stream (FSDP's all-gathers, a prefetch stream)
-    grows segments of its own."""
+    grows segments of its own. `stat` keeps c10's DeviceStats (all / small pool / large pool), which
+    memory_stats, memory_summary and the peaks read."""
 
     index: int
     capacity: int
     fraction: float = 1.0
     allocated: dict[tuple[int, int], int] = field(default_factory=dict)  # (pool, stream) -> blocks in use
-    reserved: dict[tuple[int, int], int] = field(default_factory=dict)   # (pool, stream) -> segments
-    requested: int = 0
-    peak_allocated: int = 0
-    peak_reserved: int = 0
-    peak_requested: int = 0
-    allocs: int = 0
-    frees: int = 0
-    segments: int = 0
-    segment_frees: int = 0
+    reserved: dict[tuple[int, int], int] = field(default_factory=dict)   # (pool, stream) -> segments' bytes
+    segment_sizes: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # (pool, stream) -> segments
+    stat: dict[str, list[Stat]] = field(default_factory=lambda: {name: _stats_row() for name in TRACKED})
     retries: int = 0
     ooms: int = 0
 
@@ -91,14 +115,24 @@ class DeviceMemory:
     def limit(self) -> int:
         return int(self.capacity * self.fraction)
 
+    @property
+    def peak_allocated(self) -> int:
+        return self.stat["allocated_bytes"][0].peak
+
+    @property
+    def peak_reserved(self) -> int:
+        return self.stat["reserved_bytes"][0].peak
+
     def total_allocated(self) -> int:
-        return sum(self.allocated.values())
+        return self.stat["allocated_bytes"][0].current
 
     def total_reserved(self) -> int:
-        return sum(self.reserved.values())
+        return self.stat["reserved_bytes"][0].current
 
-    def pool_total(self, counts: dict[tuple[int, int], int], pool: int) -> int:
-        return sum(n for (p, _), n in counts.items() if p == pool)
+    def _count(self, name: str, pool: int, amount: int) -> None:
+        row = self.stat[name]
+        row[0].add(amount)
+        row[1 + pool].add(amount)
 
     def allocate(self, nbytes: int, stream: int = 0) -> int:
         """Charge a request of nbytes on a stream; the block size to give back on free (OutOfMemoryError if
@@ -116,35 +150,64 @@ class DeviceMemory:
                     self.ooms += 1
                     raise torch.cuda.OutOfMemoryError(self._oom_message(block))
             self.reserved[key] = self.reserved.get(key, 0) + grow
-            self.segments += 1
+            self.segment_sizes.setdefault(key, []).append(grow)
+            self._count("segment", key[0], 1)
+            self._count("reserved_bytes", key[0], grow)
             if key[0] == 1 and grow - block <= SMALL_SIZE:
                 block = grow  # a large-pool block is split only when more than 1 MiB would remain
         self.allocated[key] = self.allocated.get(key, 0) + block
-        self.requested += nbytes
-        self.allocs += 1
-        self.peak_allocated = max(self.peak_allocated, self.total_allocated())
-        self.peak_reserved = max(self.peak_reserved, self.total_reserved())
-        self.peak_requested = max(self.peak_requested, self.requested)
+        self._count("allocation", key[0], 1)
+        self._count("allocated_bytes", key[0], block)
+        self._count("requested_bytes", key[0], nbytes)
         return block
 
     def free(self, block: int, nbytes: int, stream: int = 0) -> None:
         if block:
-            self.allocated[(_pool(block), stream)] -= block
-            self.requested -= nbytes
-            self.frees += 1
+            pool = _pool(block)
+            self.allocated[(pool, stream)] -= block
+            self._count("allocation", pool, -1)
+            self._count("allocated_bytes", pool, -block)
+            self._count("requested_bytes", pool, -nbytes)
 
     def empty_cache(self) -> None:
-        """Give back segments no block uses (modelled: what each pool's blocks need, in whole segments)."""
-        for key, reserved in self.reserved.items():
-            unit = SMALL_BUFFER if key[0] == 0 else ROUND_LARGE
-            keep = unit * -(-self.allocated.get(key, 0) // unit)
-            if reserved > keep:
-                self.reserved[key] = keep
-                self.segment_frees += 1
+        """Give back the segments no block uses. Which segments hold the blocks in use is not modelled: the
+        smallest one that can hold them all, else the largest ones until they fit."""
+        for key, sizes in self.segment_sizes.items():
+            kept = _segments_holding(sorted(sizes), self.allocated.get(key, 0))
+            if len(kept) < len(sizes):
+                self._count("segment", key[0], len(kept) - len(sizes))
+                self._count("reserved_bytes", key[0], sum(kept) - self.reserved[key])
+                self.segment_sizes[key] = kept
+                self.reserved[key] = sum(kept)
 
     def reset_peaks(self) -> None:
-        self.peak_allocated, self.peak_reserved = self.total_allocated(), self.total_reserved()
-        self.peak_requested = self.requested
+        """torch.cuda.reset_peak_memory_stats: every peak back to its current value."""
+        for row in self.stat.values():
+            for one in row:
+                one.peak = one.current
+
+    def reset_accumulated(self) -> None:
+        """torch.cuda.reset_accumulated_memory_stats: the running sums and event counts back to 0."""
+        for row in self.stat.values():
+            for one in row:
+                one.allocated = one.freed = 0
+        self.retries = self.ooms = 0
+
+    def stats(self) -> dict[str, int]:
+        """torch.cuda.memory_stats: every key CUDA's allocator reports, from this model (split blocks'
+        free tails and oversize blocks are not modelled: 0)."""
+        out = {"num_alloc_retries": self.retries, "num_ooms": self.ooms, "max_split_size": -1,
+               "num_sync_all_streams": 0, "num_device_alloc": self.stat["segment"][0].allocated,
+               "num_device_free": self.stat["segment"][0].freed}
+        rows = {**{name: self.stat[name] for name in TRACKED}, **{name: self.stat[real] for name, real in ALIASES.items()},
+                **{name: _stats_row() for name in UNMODELLED}}
+        for name, row in rows.items():
+            for pool_name, one in zip(("all", *POOL_NAMES), row):
+                for field_name in ("current", "peak", "allocated", "freed"):
+                    out[f"{name}.{pool_name}.{field_name}"] = getattr(one, field_name)
+        for name in ("oversize_allocations", "oversize_segments"):
+            out.update({f"{name}.{field_name}": 0 for field_name in ("current", "peak", "allocated", "freed")})
+        return out
 
     def _oom_message(self, block: int) -> str:
         """CUDA's message (CUDACachingAllocator.cpp, torch 2.x), with this simulated GPU's numbers."""
@@ -159,21 +222,21 @@ class DeviceMemory:
                 "Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables) "
                 f"(simgpu: simulated GPU of {format_size(self.capacity)}; simgpu run --memory-gb sets it)")
 
-    def stats(self) -> dict[str, int]:
-        """torch.cuda.memory_stats' keys that programs read, from this model."""
-        out = {"num_alloc_retries": self.retries, "num_ooms": self.ooms, "num_device_alloc": self.segments,
-               "num_device_free": self.segment_frees, "allocation.all.allocated": self.allocs,
-               "allocation.all.freed": self.frees}
-        values = {"allocated_bytes": (self.total_allocated(), self.peak_allocated),
-                  "reserved_bytes": (self.total_reserved(), self.peak_reserved),
-                  "active_bytes": (self.total_allocated(), self.peak_allocated),
-                  "requested_bytes": (self.requested, self.peak_requested)}
-        for kind, (current, peak) in values.items():
-            out.update({f"{kind}.all.current": current, f"{kind}.all.peak": peak})
-            for pool, name in ((0, "small_pool"), (1, "large_pool")):
-                counts = self.reserved if kind == "reserved_bytes" else self.allocated
-                out[f"{kind}.{name}.current"] = self.pool_total(counts, pool)
-        return out
+
+def _segments_holding(sizes: list[int], in_use: int) -> list[int]:
+    """The segments (sizes ascending) kept for `in_use` bytes of blocks: none, the smallest that holds them,
+    else the largest ones until they do."""
+    if in_use == 0:
+        return []
+    for size in sizes:
+        if size >= in_use:
+            return [size]
+    kept: list[int] = []
+    for size in reversed(sizes):
+        kept.append(size)
+        if sum(kept) >= in_use:
+            break
+    return kept
 
 
 def format_size(nbytes: int) -> str:

@@ -8,7 +8,11 @@ with torch.cuda.nvtx.range("step"):
 stats = torch.cuda.memory_stats()
 big = torch.empty(1024, device="cuda")
 assert torch.cuda.memory_stats()["allocated_bytes.all.current"] == stats["allocated_bytes.all.current"] + 4096
-assert "simulated GPU 0" in torch.cuda.memory_summary()
+summary = torch.cuda.memory_summary()   # CUDA's table, every row filled from the allocator model
+assert "PyTorch CUDA memory summary, device ID 0" in summary and "from small pool" in summary, summary
+assert f"| Allocated memory      | {torch.cuda.memory_allocated() // 1024:6d} KiB" in summary, summary
+torch.cuda.reset_accumulated_memory_stats()
+assert torch.cuda.memory_stats()["allocation.all.allocated"] == 0
 torch.cuda.set_per_process_memory_fraction(0.5)
 torch.cuda.reset_max_memory_allocated()
 assert torch.cuda.max_memory_allocated() == torch.cuda.memory_allocated()
