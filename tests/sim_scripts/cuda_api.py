@@ -1,4 +1,6 @@
 """Run under `simgpu run --gpus 2`: the torch.cuda calls training programs make around their model."""
+import re
+
 import torch
 from torch.utils.checkpoint import checkpoint
 
@@ -10,7 +12,8 @@ big = torch.empty(1024, device="cuda")
 assert torch.cuda.memory_stats()["allocated_bytes.all.current"] == stats["allocated_bytes.all.current"] + 4096
 summary = torch.cuda.memory_summary()   # CUDA's table, every row filled from the allocator model
 assert "PyTorch CUDA memory summary, device ID 0" in summary and "from small pool" in summary, summary
-assert f"| Allocated memory      | {torch.cuda.memory_allocated() // 1024:6d} KiB" in summary, summary
+size, unit = re.search(r"\| Allocated memory +\| +(\d+) (B|KiB|MiB)", summary).groups()
+assert int(size) << {"B": 0, "KiB": 10, "MiB": 20}[unit] == torch.cuda.memory_allocated(), summary
 torch.cuda.reset_accumulated_memory_stats()
 assert torch.cuda.memory_stats()["allocation.all.allocated"] == 0
 torch.cuda.set_per_process_memory_fraction(0.5)
