@@ -110,6 +110,7 @@ class DeviceMemory:
     stat: dict[str, list[Stat]] = field(default_factory=lambda: {name: _stats_row() for name in TRACKED})
     retries: int = 0
     ooms: int = 0
+    stream_syncs: int = 0  # releasing cached blocks synchronizes every stream first
 
     @property
     def limit(self) -> int:
@@ -172,6 +173,7 @@ class DeviceMemory:
     def empty_cache(self) -> None:
         """Give back the segments no block uses. Which segments hold the blocks in use is not modelled: the
         smallest one that can hold them all, else the largest ones until they fit."""
+        self.stream_syncs += 1
         for key, sizes in self.segment_sizes.items():
             kept = _segments_holding(sorted(sizes), self.allocated.get(key, 0))
             if len(kept) < len(sizes):
@@ -191,13 +193,13 @@ class DeviceMemory:
         for row in self.stat.values():
             for one in row:
                 one.allocated = one.freed = 0
-        self.retries = self.ooms = 0
+        self.retries = self.ooms = self.stream_syncs = 0
 
     def stats(self) -> dict[str, int]:
         """torch.cuda.memory_stats: every key CUDA's allocator reports, from this model (split blocks'
         free tails and oversize blocks are not modelled: 0)."""
         out = {"num_alloc_retries": self.retries, "num_ooms": self.ooms, "max_split_size": -1,
-               "num_sync_all_streams": 0, "num_device_alloc": self.stat["segment"][0].allocated,
+               "num_sync_all_streams": self.stream_syncs, "num_device_alloc": self.stat["segment"][0].allocated,
                "num_device_free": self.stat["segment"][0].freed}
         rows = {**{name: self.stat[name] for name in TRACKED}, **{name: self.stat[real] for name, real in ALIASES.items()},
                 **{name: _stats_row() for name in UNMODELLED}}
