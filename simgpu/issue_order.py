@@ -156,7 +156,9 @@ class Issuer:
                     self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                     self._thread.start()
                     _LIVE.add(self)
-                self._queue.put((ticket, start, queued))
+                # the issuing thread's inference mode: gloo runs an op under the state of the thread that
+                # starts it, and writing into an inference tensor outside inference mode is refused
+                self._queue.put((ticket, start, queued, torch.is_inference_mode_enabled()))
         if queued is None:
             return start()
         return queued
@@ -191,12 +193,12 @@ class Issuer:
             item = self._queue.get()
             if item is _STOP:
                 return
-            ticket, start, handle = item
+            ticket, start, handle, inference = item
             inner, error = None, None
             try:
                 if ticket is not None:
                     self._settle(ticket)
-                with self._guard():
+                with self._guard(), torch.inference_mode(inference):
                     inner = start()
             except BaseException as exc:  # noqa: BLE001 - raised by the handle's wait()
                 error = exc

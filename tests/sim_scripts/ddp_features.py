@@ -1,6 +1,7 @@
 """Run under `simgpu run --gpus 2 torchrun --nproc-per-node 2`: what DDP programs use beyond the
 basics: SyncBatchNorm (CUDA-only statistics kernels), comm hooks over DDP's C++ buckets, sends to
-the rank itself and batched sends around the ring, deepcopy of GPU modules."""
+the rank itself and batched sends around the ring, collectives inside inference_mode, deepcopy of GPU
+modules."""
 import copy
 
 import torch
@@ -70,6 +71,15 @@ ops = [dist.P2POp(dist.isend, torch.full((2, 4), rank + 1.0, device="cuda"), rig
 for work in dist.batch_isend_irecv(ops):
     work.wait()
 assert inbox.eq(left + 1.0).all(), inbox
+
+# collectives on inference tensors inside inference_mode (evaluation loops, servers): the strict check's
+# issuer starts them, and must do so in the caller's inference mode
+with torch.inference_mode():
+    gathered = torch.empty(world * 2, 3, device="cuda")
+    dist.all_gather_into_tensor(gathered, torch.full((2, 3), float(rank), device="cuda"))
+    total = torch.ones(3, device="cuda")
+    dist.all_reduce(total, async_op=True).wait()
+assert gathered.sum().item() == 6.0 * sum(range(world)) and total.tolist() == [float(world)] * 3, (gathered, total)
 
 # deepcopy keeps modules and tensors on their GPU
 assert copy.deepcopy(nn.BatchNorm1d(3).cuda()).running_mean.device == torch.device("cuda", rank)
