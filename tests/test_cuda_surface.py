@@ -7,6 +7,7 @@ fails. Where fingerprints recorded on real GPUs exist (tests/cuda_reference/*.js
 `--record` on a GPU box), every checked name is compared with them."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tests.test_simgpu_run import SCRIPTS, simgpu_run
@@ -31,3 +32,19 @@ def test_every_device_argument_form_lands_where_cuda_puts_it() -> None:
     done = simgpu_run(2, str(SCRIPTS / "device_arguments.py"), *_latest_reference("device-arguments"))
     assert done.returncode == 0, done.stdout + done.stderr[-5000:]
     assert "OK device_arguments" in done.stdout
+
+
+INSTANCE_ATTRIBUTES = ("priority", "cuda_stream", "cuda_event")  # set by __init__ on the simulated classes
+
+
+def test_streams_and_events_answer_as_on_an_h200() -> None:
+    """Every public attribute of CUDA's Stream and Event classes (recorded from a CUDA build: a CPU build's
+    classes lack the C++ ones) exists on the simulated ones; cuda_api.py checks the GPU's values."""
+    from simgpu.cuda_sim import api
+
+    recorded = json.loads((Path(__file__).parent / "cuda_reference/stream-event-2.11.0+cu130.json").read_text())
+    names = recorded["public_attributes (torch 2.15.0+cu132, CUDA build, no GPU needed)"]
+    for cls in (api.Stream, api.Event):
+        missing = [name for name in names[cls.__name__] if not hasattr(cls, name) and name not in INSTANCE_ATTRIBUTES]
+        assert not missing, f"{cls.__name__} lacks {missing}"
+    assert list(api.Stream.priority_range()) == recorded["priority_range"]  # the values: sim_scripts/cuda_api.py

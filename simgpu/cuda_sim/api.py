@@ -12,6 +12,7 @@ import collections
 import contextlib
 import importlib
 import importlib.util
+import itertools
 import time
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -133,8 +134,12 @@ def _event_base() -> type:
     return _EventBase if abc.ABC in _EventBase.__mro__ else object
 
 
+_handles = itertools.count(0x7F0000001000, 0x100)  # what cudaStreamCreate / cudaEventCreate hand out: distinct, nonzero
+
+
 class Event(_event_base()):  # type: ignore[misc]
-    """A CUDA event on a CPU: recording happens in order, so it is complete when recorded."""
+    """A CUDA event on a CPU: recording happens in order, so it is complete when recorded. As on CUDA, it
+    has no handle, id or device until first recorded."""
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
                  **_: Any):
@@ -142,9 +147,31 @@ class Event(_event_base()):  # type: ignore[misc]
             raise SimulationError("simgpu: interprocess CUDA events (IPC) are not simulated")
         self.enable_timing = enable_timing
         self.recorded_at: float | None = None
+        self.cuda_event = 0
+        self._device: torch.device | None = None
+
+    @property
+    def event_id(self) -> int:
+        return self.cuda_event
+
+    @property
+    def device(self) -> torch.device | None:
+        return self._device
+
+    @classmethod
+    def from_ipc_handle(cls, device: Any, handle: Any) -> "Event":
+        raise SimulationError("simgpu: torch.cuda.Event.from_ipc_handle cannot run on simulated GPUs: "
+                              "interprocess CUDA events (IPC) are not simulated")
+
+    def ipc_handle(self) -> bytes:
+        raise getattr(torch, "AcceleratorError", RuntimeError)("CUDA error: invalid resource handle (simgpu: only an interprocess event has "
+                                     "an IPC handle, and those are not simulated)")
 
     def record(self, stream: Any = None) -> None:
         self.recorded_at = time.perf_counter()
+        if not self.cuda_event:
+            self.cuda_event = next(_handles)
+            self._device = torch.device("cuda", (stream or current_stream()).index)
 
     def wait(self, stream: Any = None) -> None:
         pass
@@ -174,6 +201,9 @@ def _stream_bases() -> tuple[type, ...]:
     return (torch.Stream, _StreamBase) if abc.ABC in _StreamBase.__mro__ else (torch.Stream,)
 
 
+STREAM_PRIORITIES = (0, -3)  # Stream.priority_range() on an H200 (torch 2.11): PyTorch's range, not CUDA's
+
+
 class Stream(*_stream_bases()):  # type: ignore[misc]
     """A stream of a simulated GPU. Work on a CPU runs in issue order, so waits are immediate;
     `with stream:` still makes the stream's device current, as on CUDA."""
@@ -181,10 +211,16 @@ class Stream(*_stream_bases()):  # type: ignore[misc]
     def __new__(cls, device: Any = None, priority: int = 0, **_: Any) -> "Stream":
         return super().__new__(cls, device=torch.device("cpu"))
 
-    def __init__(self, device: Any = None, priority: int = 0, **_: Any):
+    def __init__(self, device: Any = None, priority: int = 0, _default: bool = False, **_: Any):
         self.index = _index(device)
-        self.priority = priority
+        least, greatest = STREAM_PRIORITIES
+        self.priority = min(least, max(greatest, priority))  # out of range: the nearest valid one, as CUDA
+        self.cuda_stream = 0 if _default else next(_handles)
         self._previous: list[tuple[int, Stream]] = []
+
+    @staticmethod
+    def priority_range() -> tuple[int, int]:
+        return STREAM_PRIORITIES
 
     @property
     def device(self) -> torch.device:  # type: ignore[override]
@@ -242,7 +278,7 @@ _default_streams: dict[int, Stream] = {}
 def default_stream(device: Any = None) -> Stream:
     index = _index(device)
     if index not in _default_streams:
-        _default_streams[index] = Stream(index)
+        _default_streams[index] = Stream(index, _default=True)
     return _default_streams[index]
 
 

@@ -1,5 +1,7 @@
 """Run under `simgpu run --gpus 2`: the torch.cuda calls training programs make around their model."""
+import json
 import re
+from pathlib import Path
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -16,6 +18,24 @@ size, unit = re.search(r"\| Allocated memory +\| +(\d+) (B|KiB|MiB)", summary).g
 assert int(size) << {"B": 0, "KiB": 10, "MiB": 20}[unit] == torch.cuda.memory_allocated(), summary
 torch.cuda.reset_accumulated_memory_stats()
 assert torch.cuda.memory_stats()["allocation.all.allocated"] == 0
+# streams and events answer what an H200 answered (tests/cuda_reference/stream-event-2.11.0+cu130.json)
+recorded = json.loads((Path(__file__).parent.parent / "cuda_reference/stream-event-2.11.0+cu130.json").read_text())
+assert list(torch.cuda.Stream.priority_range()) == recorded["priority_range"]
+assert [torch.cuda.Stream(priority=p).priority for p in (0, -10, 5, -1)] == [
+    recorded["priority_default"], recorded["priority_-10"], recorded["priority_5"], recorded["priority_-1"]]
+assert torch.cuda.default_stream().cuda_stream == recorded["default_cuda_stream"] == 0
+side = torch.cuda.Stream()
+assert isinstance(side.cuda_stream, int) and side.cuda_stream != 0
+event = torch.cuda.Event()
+assert (event.cuda_event, event.device, event.event_id) == (0, None, 0)
+with torch.cuda.device(1):
+    event.record()
+assert event.cuda_event != 0 and event.event_id != 0 and event.device == torch.device("cuda:1")
+try:
+    event.ipc_handle()
+    raise AssertionError("ipc_handle of an ordinary event must fail, as on CUDA")
+except RuntimeError as error:
+    assert "invalid resource handle" in str(error)
 torch.cuda.set_per_process_memory_fraction(0.5)
 torch.cuda.reset_max_memory_allocated()
 assert torch.cuda.max_memory_allocated() == torch.cuda.memory_allocated()
