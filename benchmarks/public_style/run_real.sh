@@ -10,4 +10,6 @@ timeout 200 torchrun --standalone --nproc-per-node 2 "$here/fsdp1_hf_style.py" >
 COMPILE=0 timeout 200 torchrun --standalone --nproc-per-node 2 "$here/nanogpt_style.py" > "$out/nanogpt_style_eager.log" 2>&1; echo "nanogpt eager rc=$?"
 timeout 200 torchrun --standalone --nproc-per-node 2 "$here/moe_ep_style.py" > "$out/moe_ep_style.log" 2>&1; echo "moe rc=$?"
 timeout 200 torchrun --standalone --nproc-per-node 2 "$here/resume_style.py" > "$out/resume_style.log" 2>&1; echo "resume rc=$?"
+timeout 200 torchrun --standalone --nproc-per-node 2 "$here/clip_style.py" > "$out/clip_style.log" 2>&1; echo "clip_style rc=$?"
+timeout 200 torchrun --standalone --nproc-per-node 2 "$here/serve_style.py" > "$out/serve_style.log" 2>&1; echo "serve_style rc=$?"
 python "$here/memory_stats_probe.py" "$out/memory_stats.json" > /dev/null 2>&1; echo "probe rc=$?"

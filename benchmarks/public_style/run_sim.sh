@@ -9,3 +9,5 @@ timeout 600 "$simgpu" run --gpus 2 torchrun --standalone --nproc-per-node 2 "$he
 COMPILE=0 timeout 600 "$simgpu" run --gpus 2 torchrun --standalone --nproc-per-node 2 "$here/nanogpt_style.py" > "$out/nanogpt_style_eager.log" 2>&1; echo "nanogpt eager rc=$?"
 timeout 600 "$simgpu" run --gpus 2 torchrun --standalone --nproc-per-node 2 "$here/moe_ep_style.py" > "$out/moe_ep_style.log" 2>&1; echo "moe rc=$?"
 timeout 600 "$simgpu" run --gpus 2 torchrun --standalone --nproc-per-node 2 "$here/resume_style.py" > "$out/resume_style.log" 2>&1; echo "resume rc=$?"
+timeout 600 "$simgpu" run --gpus 2 torchrun --standalone --nproc-per-node 2 "$here/clip_style.py" > "$out/clip_style.log" 2>&1; echo "clip_style rc=$?"
+timeout 600 "$simgpu" run --gpus 2 torchrun --standalone --nproc-per-node 2 "$here/serve_style.py" > "$out/serve_style.log" 2>&1; echo "serve_style rc=$?"

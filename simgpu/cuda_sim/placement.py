@@ -222,6 +222,12 @@ class PlacementMode(TorchDispatchMode):
             return op.run(*args, **kwargs)
         if op.special is not None:
             return op.special(op.run, args, kwargs)
+        if op.composite and torch.is_inference_mode_enabled() and not infra_mode_active():
+            # seen whole under inference_mode: its parts, as CUDA runs them (cuBLAS, SDPA's choice)
+            with self:
+                decomposed = func.decompose(*args, **kwargs)
+            if decomposed is not NotImplemented:
+                return decomposed
         if op.pairs_lists:
             return _foreach(op.run, args, kwargs)
         device = kwargs.get("device") if op.has_device else None
@@ -306,7 +312,8 @@ def _hooked(node: Any, name: str) -> bool:
 class _Op:
     """What placement needs to know of an aten overload, worked out once."""
 
-    __slots__ = ("run", "special", "pairs_lists", "has_device", "random", "takes_generator", "blas", "host_outputs")
+    __slots__ = ("run", "special", "pairs_lists", "has_device", "random", "takes_generator", "blas", "host_outputs",
+                 "composite")
 
     def __init__(self, func: Any):
         packet = func.overloadpacket
@@ -320,9 +327,13 @@ class _Op:
         self.random = (packet in _RANDOM_INPLACE and self.takes_generator) or packet.__name__ in random_ops.PACKETS
         self.blas = packet if packet in workspaces.CUBLAS_OPS else None
         self.host_outputs = getattr(self.run, "host_outputs", ())  # a stand-in's outputs CUDA keeps on the host
+        # torch decomposes these in C++ above this mode, except where autograd's keys are off (inference_mode)
+        self.composite = packet not in STAND_INS and func.namespace == "aten" and func.has_kernel_for_dispatch_key(
+            _COMPOSITE_KEY)  # (prim::device, a TorchScript op, is no registered operator: asking it raises)
 
 
 _OPS: dict[Any, _Op] = {}
+_COMPOSITE_KEY = torch._C.DispatchKey.CompositeImplicitAutograd
 
 
 _HOP_KEYS = [getattr(torch._C.DispatchKey, name) for name in ("CUDA", "CompositeExplicitAutograd", "CPU", "BackendSelect")]

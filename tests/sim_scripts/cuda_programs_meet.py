@@ -121,4 +121,10 @@ try:
     raise AssertionError("a sparse tensor was made from a simulated GPU tensor")
 except RuntimeError as exc:
     assert "sparse tensors are not simulated" in str(exc), exc
+# under inference_mode torch hands composite ops (nn.Linear's aten.linear) to the simulation whole: their
+# parts must still run as on CUDA, charging the cuBLAS workspace of a stream's first matmul
+with torch.cuda.stream(torch.cuda.Stream()), torch.inference_mode():
+    before = torch.cuda.memory_allocated()
+    torch.nn.Linear(8, 8, device="cuda")(torch.ones(2, 8, device="cuda"))
+    assert torch.cuda.memory_allocated() - before >= 32 << 20, torch.cuda.memory_allocated() - before
 print("OK cuda_programs_meet")
