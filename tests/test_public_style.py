@@ -35,6 +35,8 @@ def _launch(program: str) -> list[str]:
 CASES = [
     ("resume_style.py", {}, "resume_style", 0.0, "default"),
     ("moe_ep_style.py", {}, "moe_ep_style", 1e-5, "default"),
+    ("serve_style.py", {}, "serve_style", 1e-5, "default"),
+    ("clip_style.py", {}, "clip_style", 1e-4, "full"),
     ("nanogpt_style.py", {"COMPILE": "0", "ATTN_DROPOUT": "0"}, "nanogpt_style_eager_noattndrop", 2e-3, "full"),
     ("fsdp1_hf_style.py", {}, "fsdp1_hf_style", 5e-4, "full"),
     ("timm_style.py", {}, "timm_style", 1e-3, "full"),
