@@ -50,7 +50,7 @@ from torch._C._distributed_c10d import (
     ScatterOptions,
 )
 
-from simgpu import comm_log, faults
+from simgpu import comm_log, faults, gloo_listener
 from simgpu import nccl_rules as rules
 from simgpu.cuda_sim.tensors import suspended
 from simgpu.p2p_check import P2PChecker
@@ -1034,11 +1034,17 @@ def _opts(cls: type, **fields: Any) -> Any:
 
 
 def _make_gloo(store: dist.Store, rank: int, size: int, timeout: timedelta) -> dist.ProcessGroupGloo:
-    """A gloo group on loopback only (ranks are local processes; nothing listens outside)."""
+    """A gloo group on loopback only (ranks are local processes; nothing listens outside).
+
+    Its pairs connect in the constructor (lazy_init=False, whatever TORCH_GLOO_LAZY_INIT says), after
+    which its listener is closed to strangers (simgpu.gloo_listener says why)."""
     opts = dist.ProcessGroupGloo._Options()
     opts._timeout = timeout
-    opts._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
-    return dist.ProcessGroupGloo(store, rank, size, opts)
+    before = gloo_listener.open_sockets()
+    opts._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1", lazy_init=False)]
+    group = dist.ProcessGroupGloo(store, rank, size, opts)
+    gloo_listener.seal_new_listener(before)
+    return group
 
 
 def _gpus_simulated() -> bool:
