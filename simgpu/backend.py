@@ -1047,11 +1047,18 @@ def _make_gloo(store: dist.Store, rank: int, size: int, timeout: timedelta) -> d
     opts._timeout = timeout
     before = gloo_listener.open_sockets()
     interface = os.environ.get(SIM_INTERFACE_ENV, "")
-    where = {"interface": interface} if interface else {"hostname": "127.0.0.1"}
-    opts._devices = [dist.ProcessGroupGloo.create_device(**where, lazy_init=False)]
+    opts._devices = [_gloo_device(**({"interface": interface} if interface else {"hostname": "127.0.0.1"}))]
     group = dist.ProcessGroupGloo(store, rank, size, opts)
     gloo_listener.seal_new_listener(before)
     return group
+
+
+def _gloo_device(**where: str) -> Any:
+    """A gloo device whose pairs connect at once (a torch without `lazy_init` always connects at once)."""
+    try:
+        return dist.ProcessGroupGloo.create_device(**where, lazy_init=False)
+    except TypeError:
+        return dist.ProcessGroupGloo.create_device(**where)
 
 
 def _gpus_simulated() -> bool:
