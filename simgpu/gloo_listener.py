@@ -16,7 +16,9 @@ connected when ProcessGroupGloo's constructor returns (the full mesh, not lazy),
 connects to its listener again; simgpu then attaches a socket filter that drops every packet to the
 listening socket. New connection attempts see no answer (as behind a firewall that drops); the pairs
 already accepted are separate sockets and do not inherit a filter attached later. gloo still owns and
-closes the listener; only its input is filtered.
+closes the listener; only its input is filtered. What would no longer connect: a second context on
+the same device, as ProcessGroupGloo::split makes; sim groups never split their gloo (torch's
+split_group needs a bound device, which simulated groups do not bind; each new group gets its own device).
 """
 from __future__ import annotations
 
