@@ -31,6 +31,8 @@ import atexit
 import collections
 import functools
 import gc
+import os
+import secrets
 import threading
 from datetime import timedelta
 from typing import Any, Callable, Sequence
@@ -58,6 +60,7 @@ from simgpu.p2p_pairs import PairRendezvous
 from simgpu.issue_order import Issuer
 from simgpu.strict import Call, StrictChecker
 from simgpu.strict import call_site as strict_call_site
+from simgpu.settings import GROUP_SECRET_ENV, SIM_INTERFACE_ENV
 
 BACKEND_NAME = "sim"
 Tensor = torch.Tensor
@@ -301,6 +304,7 @@ class SimProcessGroup(dist.ProcessGroup):
                  devices: Sequence[str] | None = None, strict_timeout: float | None = None):
         super().__init__(rank, size)
         self._gloo = _make_gloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
+        _agree_on_a_secret_across_hosts(store)
         self._strict = StrictChecker(store, rank, size, label=self._label, default_timeout=strict_timeout,
                                      global_rank=self._global_rank)
         self._pairs = PairRendezvous(store, rank, label=self._label, global_rank=self._global_rank,
@@ -1034,14 +1038,16 @@ def _opts(cls: type, **fields: Any) -> Any:
 
 
 def _make_gloo(store: dist.Store, rank: int, size: int, timeout: timedelta) -> dist.ProcessGroupGloo:
-    """A gloo group on loopback only (ranks are local processes; nothing listens outside).
+    """A gloo group on loopback, or on SIMGPU_SIM_INTERFACE for a world across hosts (`simgpu run
+    --sim-interface`, docs/multinode.md).
 
     Its pairs connect in the constructor (lazy_init=False, whatever TORCH_GLOO_LAZY_INIT says), after
     which its listener is closed to strangers (simgpu.gloo_listener says why)."""
     opts = dist.ProcessGroupGloo._Options()
     opts._timeout = timeout
     before = gloo_listener.open_sockets()
-    opts._devices = [_gloo_device(hostname="127.0.0.1")]
+    interface = os.environ.get(SIM_INTERFACE_ENV, "")
+    opts._devices = [_gloo_device(**({"interface": interface} if interface else {"hostname": "127.0.0.1"}))]
     group = dist.ProcessGroupGloo(store, rank, size, opts)
     gloo_listener.seal_new_listener(before)
     return group
@@ -1064,6 +1070,18 @@ def _gpus_simulated() -> bool:
 def create_sim_process_group(store: dist.Store, rank: int, size: int, timeout: timedelta) -> SimProcessGroup:
     """The creator torch calls for init_process_group("sim") and new_group (store is per group)."""
     return SimProcessGroup(store, rank, size, timeout)
+
+
+_JOB_SECRET_KEY = "simgpu/job-secret"  # under the first group's store (the world's): one per torchrun attempt
+
+
+def _agree_on_a_secret_across_hosts(store: dist.Store) -> None:
+    """A world across hosts (SIMGPU_SIM_INTERFACE) gets no secret from its launcher (each node's
+    `simgpu run` would draw a different one); unless SIMGPU_GROUP_SECRET is set on every node, the
+    ranks of the first group (the world) agree on one through its store, the first to arrive drawing
+    it, and every later group of the process signs with it."""
+    if os.environ.get(SIM_INTERFACE_ENV) and not os.environ.get(GROUP_SECRET_ENV):
+        os.environ[GROUP_SECRET_ENV] = store.compare_set(_JOB_SECRET_KEY, "", secrets.token_hex(16)).decode()
 
 
 def register() -> None:

@@ -19,6 +19,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-template", action="store_true",
                      help="start every Python process of the program on its own (each imports torch), not as a "
                           f"fork of the run's warm template (also: {OFF_ENV}=1; docs/warm-template.md)")
+    run.add_argument("--sim-interface", default=None, metavar="IFACE",
+                     help="network interface for the simulated NCCL groups of a world across hosts (each node runs "
+                          "`simgpu run ... torchrun --nnodes N ...`; docs/multinode.md); default: loopback only")
     run.add_argument("-m", dest="module", default=None, help="run a module as `python -m` would")
     run.add_argument("target", nargs="?", help="script.py, or a command such as torchrun")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the program")
@@ -82,10 +86,14 @@ def command_line(target: str | None, module: str | None, args: list[str]) -> lis
     return [target, *args]
 
 
-def environment(gpus: int, memory_gb: float | None, timeout: float | None = None) -> dict[str, str]:
+def environment(gpus: int, memory_gb: float | None, timeout: float | None = None,
+                sim_interface: str | None = None) -> dict[str, str]:
     """The program's environment. With --timeout, the strict deadline sits below it (unless
-    SIMGPU_STRICT_TIMEOUT is set), so a rank that never arrives is named before the run is killed."""
+    SIMGPU_STRICT_TIMEOUT is set), so a rank that never arrives is named before the run is killed.
+    With --sim-interface the sim groups connect over that interface (SIMGPU_SIM_INTERFACE)."""
     env = dict(os.environ)
+    if sim_interface is not None:
+        env[settings.SIM_INTERFACE_ENV] = sim_interface
     if timeout is not None:
         strict_timeout = settings.strict_deadline_below(timeout, env)
         if strict_timeout is not None:
@@ -113,24 +121,27 @@ def check_installed_torch() -> None:
 
 
 def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: float | None = None,
-        predict: str | None = None, template: bool = True) -> int:
+        predict: str | None = None, template: bool = True, sim_interface: str | None = None) -> int:
     """Run `cmd` on `gpus` simulated GPUs; its exit status (124 after a timeout).
 
     predict: a cost-model machine preset; the predicted communication time is printed at the end.
     template: start the program's Python processes as forks of a warm template (simgpu.template),
-    unless SIMGPU_NO_TEMPLATE=1."""
+    unless SIMGPU_NO_TEMPLATE=1.
+    sim_interface: this node's network interface when the world spans hosts (`gpus` is this node's)."""
     template = template and os.environ.get(OFF_ENV) != "1"
     for name, value in (("--timeout", timeout), ("--memory-gb", memory_gb)):
         if value is not None and not 0 < value < float("inf"):
             raise SystemExit(f"simgpu run: {name} must be a finite number > 0, got {value!r}")
     try:
+        if sim_interface is not None:
+            settings.sim_interface(sim_interface, [name for _, name in socket.if_nameindex()])
         settings.gpu_count(gpus)
         settings.check_environment(world_size=gpus, where=f"simgpu run --gpus {gpus} (one rank per GPU)")
     except ValueError as exc:
         raise SystemExit(f"simgpu run: {exc}") from None
     check_installed_torch()
     if predict is None:
-        return _run(cmd, environment(gpus, memory_gb, timeout), timeout, template)
+        return _run(cmd, environment(gpus, memory_gb, timeout, sim_interface), timeout, template)
     from simgpu import comm_log, cost_model
 
     try:
@@ -138,7 +149,7 @@ def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: floa
     except cost_model.UnknownMachine as exc:
         raise SystemExit(f"simgpu run: --predict: {exc}") from None
     folder = tempfile.mkdtemp(prefix="simgpu-predict-")
-    env = environment(gpus, memory_gb, timeout)
+    env = environment(gpus, memory_gb, timeout, sim_interface)
     env.update({comm_log.ENV_MACHINE: predict, comm_log.ENV_DIR: folder})
     try:
         code = _run(cmd, env, timeout, template)
@@ -155,7 +166,9 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float | None, use_templat
     every process it started is killed (simgpu.reaper: subreaper, run marker, watchdog), the warm
     template and its forks included (they carry the run marker, and die with the template)."""
     run_id = reaper.new_run_id()
-    env = {GROUP_SECRET_ENV: secrets.token_hex(16), **env, reaper.RUN_ID_ENV: run_id}  # strict records' key
+    if not env.get(settings.SIM_INTERFACE_ENV):  # strict records' key; across hosts the ranks agree on one
+        env = {GROUP_SECRET_ENV: secrets.token_hex(16), **env}  # through their store (simgpu.backend)
+    env = {**env, reaper.RUN_ID_ENV: run_id}
     reaper.become_subreaper()
     watchdog = reaper.Watchdog(run_id)
     warm = None
@@ -211,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["--"]:
         args = args[1:]
     return run(ns.gpus, command_line(ns.target, ns.module, args), ns.memory_gb, ns.timeout, ns.predict,
-               template=not ns.no_template)
+               template=not ns.no_template, sim_interface=ns.sim_interface)
 
 
 if __name__ == "__main__":

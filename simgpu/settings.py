@@ -12,6 +12,14 @@ from typing import Mapping
 
 STRICT_TIMEOUT_ENV = "SIMGPU_STRICT_TIMEOUT"
 GROUP_SECRET_ENV = "SIMGPU_GROUP_SECRET"  # per start of a pool (or per `simgpu run`): signs strict-check records
+SIM_INTERFACE_ENV = "SIMGPU_SIM_INTERFACE"  # `simgpu run --sim-interface`: the sim groups' network (default loopback)
+
+
+def sim_interface(name: str, available: list[str]) -> str:
+    """A network interface for the sim backend's gloo groups: one of `available`, or ValueError naming them."""
+    if name not in available:
+        raise ValueError(f"no network interface named {name!r} here (this host has: {', '.join(sorted(available))})")
+    return name
 
 
 def strict_timeout(value: str) -> float:

@@ -254,3 +254,28 @@ def test_bad_option_values_fail_up_front_in_one_line() -> None:
                           (("--timeout", "soon"), "argument --timeout: expected a number > 0, got 'soon'")]:
         done = simgpu_run(1, *args, "never_started.py")
         assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == f"simgpu run: error: {message}"
+
+
+def test_an_unknown_sim_interface_stops_the_run_in_one_line_naming_the_interfaces() -> None:
+    done = simgpu_run(1, "--sim-interface", "nosuch0", "never_started.py")
+    assert done.returncode == 1, done
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("simgpu run: no network interface named 'nosuch0' here (this host has: ") and "lo" in line
+
+
+def test_the_launcher_draws_the_secret_on_one_host_and_leaves_it_to_the_ranks_across_hosts(tmp_path: Path) -> None:
+    """Across hosts each node's launcher would draw a different secret: with --sim-interface it draws
+    none (the ranks agree on one through the store, simgpu.backend), unless the environment has one."""
+    show = tmp_path / "show.py"
+    show.write_text("import os\nprint(os.environ.get('SIMGPU_GROUP_SECRET', 'none'), "
+                    "os.environ.get('SIMGPU_SIM_INTERFACE', 'loopback'))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("SIMGPU_GROUP_SECRET", "SIMGPU_SIM_INTERFACE")}
+    one_host = run_bounded([sys.executable, "-m", "simgpu", "run", "--gpus", "1", str(show)], 120, cwd=ROOT, env=env)
+    across = run_bounded([sys.executable, "-m", "simgpu", "run", "--gpus", "1", "--sim-interface", "lo", str(show)],
+                         120, cwd=ROOT, env=env)
+    given = run_bounded([sys.executable, "-m", "simgpu", "run", "--gpus", "1", "--sim-interface", "lo", str(show)],
+                        120, cwd=ROOT, env={**env, "SIMGPU_GROUP_SECRET": "from-the-job"})
+    secret, where = one_host.stdout.split()
+    assert len(secret) == 32 and where == "loopback", one_host
+    assert across.stdout.split() == ["none", "lo"], across
+    assert given.stdout.split() == ["from-the-job", "lo"], given
