@@ -6,7 +6,7 @@ group's store under (seq, rank) and returns (`post`); the check is settled (`set
 issuer thread (simgpu.issue_order), which waits a bounded time for the other ranks' descriptors,
 reads them all with one multi_get, compares what NCCL needs to agree, and only then starts the
 collective: issuing a call never waits for the other ranks, as on NCCL. Cost per collective: one
-set, one wait, one multi_get and one delete. A rank has at most MAX_UNSETTLED calls posted and not
+set, one wait, one multi_get and one delete, the delete once the collective has started (`tidy`). A rank has at most MAX_UNSETTLED calls posted and not
 yet settled, so a rank that posted call m has read every check up to m - MAX_UNSETTLED, and its
 descriptors that old are deleted (`_forget_through`).
 
@@ -305,6 +305,13 @@ class StrictChecker:
                 self._unsettled -= 1
                 self._progress.notify_all()
 
+    def tidy(self, ticket: Ticket) -> None:
+        """Delete what the group no longer needs once this call's check has passed (the issuer calls it
+        after starting the collective, so the deletes, one store round trip each, overlap the collective
+        instead of delaying the next check before it waits for the group). Passing check n means every
+        rank posted n, so every rank has settled (read) every check up to n - MAX_UNSETTLED."""
+        self._forget_through(ticket.mine["seq"] - MAX_UNSETTLED)
+
     def _settle(self, ticket: Ticket) -> list[dict] | None:
         """Every rank's descriptors, compared here (a small group, or the leader); None where the
         group's leader compared them and said they agree."""
@@ -313,7 +320,7 @@ class StrictChecker:
         mine, keys = ticket.mine, ticket.keys
         seq = mine["seq"]
         timeout = get_timeout(self.default_timeout)
-        self._forget_through(seq - 1 - MAX_UNSETTLED)  # while the others arrive; see _forget_through
+        self._forget_through(seq - 1 - MAX_UNSETTLED)  # (what `tidy` left, if it did not run) while the others arrive
         if self.leader and self.rank != 0:
             verdict = self._await_verdict(seq, timeout)
             if verdict is not None and "timeout" not in verdict:
