@@ -257,3 +257,32 @@ def test_checks_delete_after_the_collective_starts_not_before_they_wait(monkeypa
     leader = size >= strict.LEADER_FROM
     assert store.num_keys() <= size * (strict.MAX_UNSETTLED + 1) + (strict.MAX_UNSETTLED + 1) * leader + 2, \
         store.num_keys()
+
+
+def test_groups_share_one_posting_connection_and_wait_on_their_own() -> None:
+    """Two groups' checkers over one TCPStore server: one posting connection for the process, a
+    waiting one per group; a check of group A that waits for a late rank does not hold up group B."""
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    client = dist.TCPStore("127.0.0.1", server.port, is_master=False, wait_for_workers=False)
+    checkers = {g: [strict.StrictChecker(dist.PrefixStore(f"group{g}", client), r, 2, default_timeout=20)
+                    for r in range(2)] for g in "AB"}
+    for group in checkers.values():
+        for c in group:
+            c.connect()
+    posting = {id(c._post_store.underlying_store) for group in checkers.values() for c in group}
+    waiting = {id(c._channel_client) for group in checkers.values() for c in group}
+    assert len(posting) == 1 and len(waiting) == 4, (posting, waiting)
+    late = checkers["A"][0].post(_call())  # rank 0 of A waits for rank 1, who posts only after B's check
+    results: dict[str, object] = {}
+    waiter = threading.Thread(target=lambda: results.setdefault("A0", checkers["A"][0].settle(late)))
+    waiter.start()
+    both = [threading.Thread(target=lambda r=r: results.setdefault(f"B{r}", checkers["B"][r].check(_call())))
+            for r in range(2)]
+    for t in both:
+        t.start()
+    for t in both:
+        t.join(30)
+    assert "B0" in results and "B1" in results and "A0" not in results, results
+    checkers["A"][1].check(_call())
+    waiter.join(30)
+    assert [d["rank"] for d in results["A0"]] == [0, 1]
