@@ -7,8 +7,8 @@ Each configuration alternates plain and simulated runs (--repeats times each, so
 the machine hits both alike); a run's figure is the median time of its timed steps
 (benchmarks/programs/train_step.py: forward, backward, AdamW step); the ratio is simulated / plain.
 The CPU time rank 0's process spent per step (all its threads) gives a second ratio, `cpu_ratio`:
-on a shared machine the wall ratio moves with the load (0.8x to 1.3x between two runs at load 8),
-the CPU ratio much less; the load average goes with every run. --also-no-strict adds a third series
+on a shared machine the wall ratio moves with the load (FSDP2 at 2 ranks: 0.77x, then 0.98x, two runs
+at load 8.5), the CPU ratio less; the load average goes with every run. --also-no-strict adds a third series
 with the cross-rank check off (SIMGPU_STRICT=0): what the check costs, in the same run.
 """
 from __future__ import annotations
