@@ -6,6 +6,10 @@ with plain gloo (no simulation) and on simulated GPUs, in one run, as a ratio.
 Each configuration alternates plain and simulated runs (--repeats times each, so a change of load on
 the machine hits both alike); a run's figure is the median time of its timed steps
 (benchmarks/programs/train_step.py: forward, backward, AdamW step); the ratio is simulated / plain.
+The CPU time rank 0's process spent per step (all its threads) gives a second ratio, `cpu_ratio`:
+on a shared machine the wall ratio moves with the load (FSDP2 at 2 ranks: 0.77x, then 0.98x, two runs
+at load 8.5), the CPU ratio less; the load average goes with every run. --also-no-strict adds a third series
+with the cross-rank check off (SIMGPU_STRICT=0): what the check costs, in the same run.
 """
 from __future__ import annotations
 
@@ -25,9 +29,9 @@ def _torchrun(ranks: int) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
 
 
-def run_once(wrap: str, ranks: int, simulated: bool, model: list[str], strict: bool = True) -> float:
-    """The median step time (seconds) of one run of the training program (strict=False: the
-    simulator's cross-rank check off, SIMGPU_STRICT=0, to see what it costs)."""
+def run_once(wrap: str, ranks: int, simulated: bool, model: list[str], strict: bool = True) -> tuple[float, float]:
+    """The median wall and CPU time (seconds) of a step in one run of the training program
+    (strict=False: the simulator's cross-rank check off, SIMGPU_STRICT=0, to see what it costs)."""
     program = [str(PROGRAM), "--wrap", wrap, *model]
     if simulated:
         cmd = [sys.executable, "-m", "simgpu", "run", "--gpus", str(ranks), *_torchrun(ranks), *program]
@@ -40,7 +44,8 @@ def run_once(wrap: str, ranks: int, simulated: bool, model: list[str], strict: b
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         raise SystemExit(f"{' '.join(cmd)} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    return statistics.median(json.loads(lines[-1])["step_seconds"])
+    out = json.loads(lines[-1])
+    return statistics.median(out["step_seconds"]), statistics.median(out["step_cpu_seconds"])
 
 
 def main() -> None:
@@ -53,26 +58,46 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--no-strict", action="store_true",
                         help="simulated runs without the cross-rank check (SIMGPU_STRICT=0): what the check costs")
+    parser.add_argument("--also-no-strict", action="store_true",
+                        help="a third series in the same run: simulated without the cross-rank check")
     parser.add_argument("--json", default=None, help="write the figures here")
     args = parser.parse_args()
     model = ["--width", str(args.width), "--layers", str(args.layers), "--batch", str(args.batch)]
+    series = {"plain": (False, True), "simulated": (True, not args.no_strict)}
+    if args.also_no_strict:
+        series["no_strict"] = (True, False)
     rows = []
     for wrap in args.wraps:
         for ranks in args.ranks:
-            plain, simulated = [], []
+            runs: dict[str, list[tuple[float, float]]] = {name: [] for name in series}
+            loads = []
             for _ in range(args.repeats):
-                plain.append(run_once(wrap, ranks, False, model))
-                simulated.append(run_once(wrap, ranks, True, model, strict=not args.no_strict))
-            row = {"wrap": wrap, "ranks": ranks, "plain_s": statistics.median(plain),
-                   "simulated_s": statistics.median(simulated), "plain_runs": plain, "simulated_runs": simulated}
-            row["ratio"] = row["simulated_s"] / row["plain_s"]
+                for name, (simulated, strict) in series.items():
+                    loads.append(os.getloadavg()[0])
+                    runs[name].append(run_once(wrap, ranks, simulated, model, strict=strict))
+            row: dict = {"wrap": wrap, "ranks": ranks, "load_1min": loads}
+            for name, got in runs.items():
+                row[f"{name}_s"] = statistics.median(w for w, _ in got)
+                row[f"{name}_cpu_s"] = statistics.median(c for _, c in got)
+                row[f"{name}_runs"] = [w for w, _ in got]
+                row[f"{name}_cpu_runs"] = [c for _, c in got]
+            for name in series:
+                if name != "plain":
+                    prefix = "" if name == "simulated" else f"{name}_"
+                    row[f"{prefix}ratio"] = row[f"{name}_s"] / row["plain_s"]
+                    row[f"{prefix}cpu_ratio"] = row[f"{name}_cpu_s"] / row["plain_cpu_s"]
             rows.append(row)
-            print(f"{wrap:6} {ranks} ranks: plain {row['plain_s'] * 1e3:8.1f} ms  simulated "
-                  f"{row['simulated_s'] * 1e3:8.1f} ms  ratio {row['ratio']:.2f}", flush=True)
+            extra = (f"  no-strict {row['no_strict_ratio']:.2f}x wall {row['no_strict_cpu_ratio']:.2f}x cpu"
+                     if "no_strict_ratio" in row else "")
+            print(f"{wrap:6} {ranks} ranks: plain {row['plain_s'] * 1e3:8.1f} ms ({row['plain_cpu_s'] * 1e3:.1f} cpu)"
+                  f"  simulated {row['simulated_s'] * 1e3:8.1f} ms ({row['simulated_cpu_s'] * 1e3:.1f} cpu)"
+                  f"  ratio {row['ratio']:.2f}x wall {row['cpu_ratio']:.2f}x cpu{extra}  load {max(loads):.1f}",
+                  flush=True)
     if args.json:
         from realgpu.environment import host_run_facts, process_environment
 
         meta = {**process_environment("gloo"), **host_run_facts(HERE.parent), "strict": not args.no_strict,
+                "load_1min_at_end": os.getloadavg()[0],
                 "model": {"width": args.width, "layers": args.layers, "batch": args.batch, "tokens_per_sample": 16},
                 "repeats": args.repeats, "command": " ".join(sys.argv)}
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -312,7 +312,7 @@ class SimProcessGroup(dist.ProcessGroup):
         self._p2p = P2PChecker(self._strict, label=self._label, global_rank=self._global_rank)
         self._local = threading.local()  # .checked, .ticket: the current call has posted its strict check
         self._issuer = Issuer(self._strict.settle, name=f"simgpu-issue-{rank}", guard=suspended,
-                              drain_seconds=timeout.total_seconds())
+                              drain_seconds=timeout.total_seconds(), after_start=self._strict.tidy)
         self._timeout_s = timeout.total_seconds()
         self._senders: dict[int, Issuer] = {}  # per destination: its sends, in order, each once its recv is posted
         if size > 1:  # the check's store connections, made now rather than at a first call: a rank whose

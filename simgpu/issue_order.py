@@ -128,13 +128,16 @@ class Issuer:
     """Starts a group's collectives in issue order, each after its strict check (see the module docstring).
 
     settle(ticket) waits for the group's descriptors of one call and raises on any disagreement;
-    guard() is entered around each start (the simulation's own tensors are plumbing there).
+    guard() is entered around each start (the simulation's own tensors are plumbing there); after_start(ticket),
+    if given, runs once a checked call has started (housekeeping that need not delay the start).
     """
 
     def __init__(self, settle: Callable[[Any], Any], name: str,
                  guard: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
-                 drain_seconds: float = _DRAIN_DEFAULT) -> None:
+                 drain_seconds: float = _DRAIN_DEFAULT,
+                 after_start: Callable[[Any], None] | None = None) -> None:
         self._settle = settle
+        self._after_start = after_start
         self._drain_seconds = drain_seconds
         self._guard = guard
         self._name = name
@@ -207,6 +210,11 @@ class Issuer:
             if inner is not None:
                 self._started.add(handle)
             handle._settle(inner, error)
+            if error is None and ticket is not None and self._after_start is not None:
+                try:
+                    self._after_start(ticket)
+                except Exception:  # noqa: BLE001 - housekeeping: a store that fails here fails the next check, which says so
+                    pass
 
 
 @atexit.register

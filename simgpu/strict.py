@@ -6,7 +6,7 @@ group's store under (seq, rank) and returns (`post`); the check is settled (`set
 issuer thread (simgpu.issue_order), which waits a bounded time for the other ranks' descriptors,
 reads them all with one multi_get, compares what NCCL needs to agree, and only then starts the
 collective: issuing a call never waits for the other ranks, as on NCCL. Cost per collective: one
-set, one wait, one multi_get and one delete. A rank has at most MAX_UNSETTLED calls posted and not
+set, one wait, one multi_get and one delete, the delete once the collective has started (`tidy`). A rank has at most MAX_UNSETTLED calls posted and not
 yet settled, so a rank that posted call m has read every check up to m - MAX_UNSETTLED, and its
 descriptors that old are deleted (`_forget_through`).
 
@@ -232,8 +232,9 @@ class StrictChecker:
         return self._post_store
 
     def connect(self) -> None:
-        """Two connections of this group's own to the TCPStore server when the group's store is one
-        (else the group's store serves both): one to post on, one to wait on.
+        """Two connections to the TCPStore server when the group's store is one (else the group's store
+        serves both): one to post on, shared by the process's groups (`_posting_client`), and one of the
+        group's own to wait on.
 
         The waiting one has the strict deadline as its timeout, so one multi_get both waits for the
         group's descriptors and reads them (a check is then set + multi_get, two round trips fewer
@@ -250,7 +251,7 @@ class StrictChecker:
                 try:
                     timeout = timedelta(seconds=get_timeout(self.default_timeout))
                     clients = [dist.TCPStore(tcp.host, tcp.port, is_master=False, wait_for_workers=False,
-                                             timeout=timeout) for _ in range(2)]
+                                             timeout=timeout), _posting_client(tcp, timeout)]
                     name = self.store.compare_set(f"{_KEY_PREFIX}/channel", "", secrets.token_hex(8)).decode()
                     waiting, posting = (dist.PrefixStore(f"{_KEY_PREFIX}/{name}", c) for c in clients)
                     self._channel_client = clients[0]
@@ -305,6 +306,13 @@ class StrictChecker:
                 self._unsettled -= 1
                 self._progress.notify_all()
 
+    def tidy(self, ticket: Ticket) -> None:
+        """Delete what the group no longer needs once this call's check has passed (the issuer calls it
+        after starting the collective, so the deletes, one store round trip each, overlap the collective
+        instead of delaying the next check before it waits for the group). Passing check n means every
+        rank posted n, so every rank has settled (read) every check up to n - MAX_UNSETTLED."""
+        self._forget_through(ticket.mine["seq"] - MAX_UNSETTLED)
+
     def _settle(self, ticket: Ticket) -> list[dict] | None:
         """Every rank's descriptors, compared here (a small group, or the leader); None where the
         group's leader compared them and said they agree."""
@@ -313,7 +321,7 @@ class StrictChecker:
         mine, keys = ticket.mine, ticket.keys
         seq = mine["seq"]
         timeout = get_timeout(self.default_timeout)
-        self._forget_through(seq - 1 - MAX_UNSETTLED)  # while the others arrive; see _forget_through
+        self._forget_through(seq - 1 - MAX_UNSETTLED)  # (what `tidy` left, if it did not run) while the others arrive
         if self.leader and self.rank != 0:
             verdict = self._await_verdict(seq, timeout)
             if verdict is not None and "timeout" not in verdict:
@@ -548,6 +556,25 @@ def render_mismatch(label: str, seq: int, calls: Sequence[dict], problems: list[
     table.insert(1, "  " + "-+-".join("-" * w for w in widths))
     head = head or f"simgpu: ranks of {label} disagree at collective #{seq} (on NCCL: undefined behaviour, usually a hang)"
     return "\n".join([head] + [f"  - {p}" for p in problems] + table)
+
+
+_posting_clients: dict[tuple[str, int, int], dist.TCPStore] = {}
+_posting_lock = threading.Lock()
+
+
+def _posting_client(tcp: Any, timeout: timedelta) -> dist.TCPStore:
+    """This process's connection to the store server at tcp's address for every group's posts. A post
+    is a set, which never waits for another rank, so the groups can share one (a group's waiting
+    connection cannot be shared: a check holds it until the group's ranks arrive). Each connection
+    costs the server a round trip or two; at 64 ranks on 2 cores, with the server one process among
+    64 busy ranks, a 3-D mesh's four groups spent about a minute per rank opening their eight."""
+    key = (tcp.host, tcp.port, os.getpid())  # a forked child opens its own
+    with _posting_lock:
+        client = _posting_clients.get(key)
+        if client is None:
+            client = _posting_clients[key] = dist.TCPStore(tcp.host, tcp.port, is_master=False,
+                                                           wait_for_workers=False, timeout=timeout)
+        return client
 
 
 def _tcp_store_under(store: dist.Store) -> Any:

@@ -511,7 +511,7 @@ def _fresh_randomness() -> None:
 
 def run(job: Job) -> None:
     """Run the program as the interpreter would have: a fresh __main__, its exit status, and a traceback
-    that starts at the program's own code."""
+    that starts at the program's own code; then end as a multiprocessing child does (`_finish`)."""
     req = job.request
     kind, target = req["kind"], req["target"]
     try:
@@ -519,54 +519,78 @@ def run(job: Job) -> None:
             import runpy
 
             runpy._run_module_as_main(target, alter_argv=True)  # what `python -m` itself calls
-            return
+            _finish(0)
         main = types.ModuleType("__main__")
         main.__dict__.update(__builtins__=builtins, __annotations__={}, __package__=None, __spec__=None)
-        if kind == "script":
-            import importlib.machinery
+        import importlib.machinery
 
+        if kind == "script":
             path = os.path.abspath(target)
             main.__dict__.update(__file__=path, __cached__=None,
                                  __loader__=importlib.machinery.SourceFileLoader("__main__", path))
             with open(path, "rb") as f:
                 code = compile(f.read(), path, "exec", dont_inherit=True)
         else:
-            import importlib.machinery
-
             main.__loader__ = importlib.machinery.BuiltinImporter
             code = compile(target, "<string>", "exec", dont_inherit=True)
         sys.modules["__main__"] = main
         exec(code, main.__dict__)
-    except SystemExit:
-        raise
+    except SystemExit as stop:
+        _finish(_exit_status(stop.code))
     except BaseException as exc:  # noqa: BLE001 - reported as the interpreter reports it
         tb = exc.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
             tb = tb.tb_next
         sys.excepthook(type(exc), exc, tb)
-        if isinstance(exc, KeyboardInterrupt):
-            _exit_by_sigint()
-        sys.exit(1)
+        _finish(1, by_sigint=isinstance(exc, KeyboardInterrupt))
+    _finish(0)
 
 
-def _exit_by_sigint() -> None:
-    """An uncaught KeyboardInterrupt ends the interpreter by SIGINT once it has finalised (bpo-1054041)."""
+def _exit_status(code: Any) -> int:
+    """SystemExit's code as the interpreter turns it into an exit status (other objects: printed, 1)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    sys.stderr.write(f"{code}\n")
+    return 1
+
+
+def _finish(status: int, by_sigint: bool = False) -> None:
+    """End the fork as a multiprocessing child ends: non-daemon threads joined and threading's exit
+    hooks run (concurrent.futures), atexit handlers (weakref.finalize, logging), every open file
+    flushed, C stdio flushed; then exit without the interpreter's teardown. The teardown walks every
+    module and, with the heap frozen, every object the fork shares with the template: it copied those
+    pages and took 2.9 s against 0.5 s per rank (load 12), and it reports the frozen objects of
+    nanobind extensions (triton) as leaked. Objects still alive at exit do not run __del__."""
     import atexit
+    import io
     import threading
 
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    try:
+        threading._shutdown()  # type: ignore[attr-defined] - what the interpreter calls first at exit
+    except Exception:  # noqa: BLE001
+        pass
     atexit._run_exitfuncs()
+    for obj in gc.get_objects():  # the fork's own objects (frozen ones are not listed): unclosed files
+        if isinstance(obj, io.IOBase):
+            try:
+                if not obj.closed:
+                    obj.flush()
+            except Exception:  # noqa: BLE001 - a file that cannot flush is left as the teardown would leave it
+                pass
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
-        except (AttributeError, OSError, ValueError):
+            if stream is not None:
+                stream.flush()
+        except Exception:  # noqa: BLE001
             pass
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGINT)
-    time.sleep(1)
-    os._exit(130)
+    ctypes.CDLL(None).fflush(None)
+    if by_sigint:  # an uncaught KeyboardInterrupt ends the interpreter by SIGINT (bpo-1054041)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+    os._exit(status)
 
 
 def main(warm: Warm) -> None:

@@ -48,3 +48,34 @@ def test_a_future_callback_may_issue_on_the_same_group_and_wait():
     assert result == [6.0]
     assert threads_seen and threads_seen[0] != "issuer-test"
     issuer.stop(wait=5)
+
+
+def test_after_start_runs_once_a_checked_call_has_started():
+    """after_start (the strict check's deletes) runs after the start, with the ticket; not for an unchecked
+    call, nor for one whose check failed."""
+    events: list[str] = []
+
+    def settle(ticket):  # noqa: ANN001, ANN202
+        if ticket == "bad":
+            raise ValueError("mismatch")
+
+    issuer = Issuer(settle=settle, name="issuer-after", after_start=lambda ticket: events.append(f"after {ticket}"))
+
+    def start(name: str):  # noqa: ANN202
+        def run() -> DoneWork:
+            events.append(f"start {name}")
+            return DoneWork([torch.tensor(0.0)])
+        return run
+
+    issuer.submit("one", start("one")).wait()
+    issuer.submit(None, start("unchecked")).wait()
+    bad = issuer.submit("bad", start("bad"))
+    issuer.submit("two", start("two")).wait()
+    issuer.stop(wait=5)
+    try:
+        bad.wait()
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("the failed check's error did not reach wait()")
+    assert events == ["start one", "after one", "start unchecked", "start two", "after two"], events

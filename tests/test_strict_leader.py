@@ -203,3 +203,86 @@ def test_a_malformed_leader_setting_is_refused_up_front(monkeypatch: pytest.Monk
 
     with pytest.raises(ValueError, match="SIMGPU_STRICT_LEADER_FROM must be a whole number of ranks >= 2, got '1'"):
         settings.check_environment({strict.LEADER_FROM_ENV: "1"})
+
+
+class DeleteRecordingStore:
+    """A HashStore that records, for each delete_key, whether it came from StrictChecker.tidy."""
+
+    def __init__(self) -> None:
+        self.inner = dist.HashStore()
+        self.tidying = threading.local()
+        self.deletes: list[bool] = []
+        self._lock = threading.Lock()
+
+    def delete_key(self, key):
+        with self._lock:
+            self.deletes.append(getattr(self.tidying, "on", False))
+        return self.inner.delete_key(key)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("size", [2, 9])
+def test_checks_delete_after_the_collective_starts_not_before_they_wait(monkeypatch: pytest.MonkeyPatch,
+                                                                      size: int) -> None:
+    """As the issuer drives them (post, settle, start, tidy): every delete comes from tidy, none from a
+    settle (a round trip before it reads the group's descriptors), and the store stays bounded; tidy
+    deletes nothing a slower rank still reads (such a rank would wait for it and time out)."""
+    monkeypatch.delenv(strict.LEADER_FROM_ENV, raising=False)
+    store = DeleteRecordingStore()
+    checkers = [strict.StrictChecker(store, r, size, default_timeout=20) for r in range(size)]
+    failures: list[BaseException] = []
+
+    def rank(r: int) -> None:
+        try:
+            for i in range(40):
+                ticket = checkers[r].post(_call())
+                checkers[r].settle(ticket)
+                if (i + r) % 7 == 0:
+                    threading.Event().wait(0.01)  # ranks drift apart
+                store.tidying.on = True
+                checkers[r].tidy(ticket)
+                store.tidying.on = False
+        except BaseException as exc:  # noqa: BLE001
+            failures.append(exc)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not failures, failures
+    assert store.deletes and all(store.deletes), store.deletes.count(False)
+    leader = size >= strict.LEADER_FROM
+    assert store.num_keys() <= size * (strict.MAX_UNSETTLED + 1) + (strict.MAX_UNSETTLED + 1) * leader + 2, \
+        store.num_keys()
+
+
+def test_groups_share_one_posting_connection_and_wait_on_their_own() -> None:
+    """Two groups' checkers over one TCPStore server: one posting connection for the process, a
+    waiting one per group; a check of group A that waits for a late rank does not hold up group B."""
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    client = dist.TCPStore("127.0.0.1", server.port, is_master=False, wait_for_workers=False)
+    checkers = {g: [strict.StrictChecker(dist.PrefixStore(f"group{g}", client), r, 2, default_timeout=20)
+                    for r in range(2)] for g in "AB"}
+    for group in checkers.values():
+        for c in group:
+            c.connect()
+    posting = {id(c._post_store.underlying_store) for group in checkers.values() for c in group}
+    waiting = {id(c._channel_client) for group in checkers.values() for c in group}
+    assert len(posting) == 1 and len(waiting) == 4, (posting, waiting)
+    late = checkers["A"][0].post(_call())  # rank 0 of A waits for rank 1, who posts only after B's check
+    results: dict[str, object] = {}
+    waiter = threading.Thread(target=lambda: results.setdefault("A0", checkers["A"][0].settle(late)))
+    waiter.start()
+    both = [threading.Thread(target=lambda r=r: results.setdefault(f"B{r}", checkers["B"][r].check(_call())))
+            for r in range(2)]
+    for t in both:
+        t.start()
+    for t in both:
+        t.join(30)
+    assert "B0" in results and "B1" in results and "A0" not in results, results
+    checkers["A"][1].check(_call())
+    waiter.join(30)
+    assert [d["rank"] for d in results["A0"]] == [0, 1]

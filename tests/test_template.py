@@ -202,3 +202,24 @@ def test_a_fork_killed_by_sigkill_ends_its_proxy_the_same_way() -> None:
     served, fresh = (simgpu_run(*flags, sys.executable, "-c", code) for flags in ((), ("--no-template",)))
     assert served.returncode == fresh.returncode != 0, (served.stderr, fresh.stderr)
     assert served.stderr == fresh.stderr == "", served.stderr  # (once: "Error in sitecustomize", and a second run)
+
+
+def test_a_fork_ends_as_the_interpreter_would_without_its_teardown() -> None:
+    """A program ending four ways (its end, sys.exit with a message, sys.exit(259), an exception) with
+    a non-daemon thread, a thread pool's job, atexit and weakref.finalize handlers, a log file, a file
+    never closed and a C stdio line pending: the same exit status, output and files served as fresh;
+    only a __del__ of an object alive at exit does not run in a fork (it skips the teardown)."""
+    served = _cases(simgpu_run(str(SCRIPTS / "exit_hooks.py")))
+    fresh = _cases(simgpu_run("--no-template", str(SCRIPTS / "exit_hooks.py")))
+    assert [c["how"] for c in served] == [c["how"] for c in fresh] == ["end", "message", "exit-259", "raise"]
+    for case_served, case_fresh in zip(served, fresh):
+        assert (case_served["files"].pop("served"), case_fresh["files"].pop("served")) == ("True", "False")
+        assert "__del__ ran" in case_fresh["stdout"] and "__del__ ran" not in case_served["stdout"], case_served
+        case_fresh["stdout"].remove("__del__ ran")
+        assert case_served == case_fresh
+    assert [c["code"] for c in served] == [0, 1, 3, 1]
+    assert served[0]["stdout"] == ["stdout line, block-buffered", "C stdio line", "thread pool job ran",
+                                   "non-daemon thread finished", "atexit handler ran", "finalizer ran"]
+    assert served[1]["stderr"] == ["exit with a message"]
+    assert served[0]["files"] == {"log.txt": "WARNING:root:a warning logged\n",
+                                  "unclosed.txt": "written, never flushed or closed\n"}
