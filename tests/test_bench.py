@@ -125,7 +125,7 @@ def test_nccl_tests_cycles_keep_the_median_row(tmp_path):
 
 def test_plot_from_saved_json(tmp_path):
     """busbw against size, one panel per collective, from saved outputs (matplotlib: the [plot] extra)."""
-    pytest.importorskip("matplotlib", reason="the [plot] extra; the README's test command installs it")
+    pytest.importorskip("matplotlib", reason="the [test] extra (or [plot]); the README's test command installs it")
     from realgpu.bench_report import main as plot_main
 
     doc = {"environment": {"torch": "2.x", "device": "cpu"}, "results": [

@@ -24,7 +24,7 @@ COMMAND_WORDS = ("python3 ", "python ", "simgpu ", "pytest ", "pip ", "tox ", "r
 
 SETUP_SIM = ("python3 -m venv .venv && .venv/bin/pip install -q torch==2.13.0 -e . && "
              ".venv/bin/pytest conformance --backend=sim -n 2")
-SETUP_TESTS = ("python3 -m venv .venv && .venv/bin/pip install -q torch==2.13.0 -e '.[plot]' && "
+SETUP_TESTS = ("python3 -m venv .venv && .venv/bin/pip install -q torch==2.13.0 -e '.[test]' && "
                ".venv/bin/pytest tests -n 2")
 SPAWN = "simgpu run --gpus 2 examples/programs/ddp_spawn.py"
 TORCHRUN = "simgpu run --gpus 4 torchrun --nproc-per-node 4 examples/programs/ddp_torchrun.py"

@@ -34,7 +34,7 @@ def _parse_node_command(line: str) -> None:
 
 
 def test_the_pytorchjob_manifest_parses_and_its_command_is_one_simgpu_and_torchrun_accept() -> None:
-    yaml = pytest.importorskip("yaml", reason="PyYAML not installed: pip install -e '.[dev]'")
+    yaml = pytest.importorskip("yaml", reason="PyYAML: the [test] extra, which the README's test command installs")
     job = yaml.safe_load((RECIPES / "simgpu-pytorchjob.yaml").read_text())
     assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
     specs = job["spec"]["pytorchReplicaSpecs"]
