@@ -306,7 +306,7 @@ def run_main(args: argparse.Namespace) -> int:
     if want_checkout and (src is None or not (src / "test" / "distributed").is_dir()):
         print("upstream: --pytorch-src DIR must hold test/distributed/ of a PyTorch checkout", file=sys.stderr)
         return 2
-    out = args.out
+    out = args.out.resolve()  # units run with the checkout as their cwd
     out.mkdir(parents=True, exist_ok=True)
     marker = uuid.uuid4().hex
     t0 = time.monotonic()
