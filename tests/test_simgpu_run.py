@@ -81,6 +81,14 @@ def test_what_pytorchs_own_distributed_tests_need() -> None:
     assert "OK torch_suite_meets" in done.stdout
 
 
+def test_local_tensor_mode_ranks_are_on_simulated_gpus() -> None:
+    """Issue 27: factories inside LocalTensorMode (a program's dispatch mode) make GPU tensors, so DTensor
+    random ops there draw each rank's CUDA numbers (test_random_ops.py's WithLocalTensor classes)."""
+    done = simgpu_run(4, sys.executable, str(SCRIPTS / "local_tensor_meets.py"), timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr[-5000:]
+    assert "OK local_tensor_meets" in done.stdout
+
+
 def test_works_live_while_cpp_reads_them_and_free_their_tensors() -> None:
     torchrun = str(Path(sys.executable).parent / "torchrun")
     done = simgpu_run(2, torchrun, "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "work_lifetime.py"))
