@@ -57,7 +57,7 @@ def _free_port() -> int:
 @pytest.mark.parametrize("script,gpus", [("devices_semantics.py", 3), ("child_inherits.py", 3), ("checkpoints.py", 2),
                                          ("rng_state.py", 2), ("autograd_placement.py", 2),
                                          ("cuda_api.py", 2), ("cuda_programs_meet.py", 2),
-                                         ("warning_sites.py", 2)])
+                                         ("warning_sites.py", 2), ("thread_streams.py", 1)])
 def test_cuda_semantics(script: str, gpus: int) -> None:
     done = simgpu_run(gpus, str(SCRIPTS / script))
     assert done.returncode == 0, done.stdout + done.stderr
@@ -79,6 +79,14 @@ def test_what_pytorchs_own_distributed_tests_need() -> None:
                       timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr[-5000:]
     assert "OK torch_suite_meets" in done.stdout
+
+
+def test_local_tensor_mode_ranks_are_on_simulated_gpus() -> None:
+    """Issue 27: factories inside LocalTensorMode (a program's dispatch mode) make GPU tensors, so DTensor
+    random ops there draw each rank's CUDA numbers (test_random_ops.py's WithLocalTensor classes)."""
+    done = simgpu_run(4, sys.executable, str(SCRIPTS / "local_tensor_meets.py"), timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr[-5000:]
+    assert "OK local_tensor_meets" in done.stdout
 
 
 def test_works_live_while_cpp_reads_them_and_free_their_tensors() -> None:

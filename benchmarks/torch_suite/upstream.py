@@ -122,20 +122,28 @@ def isolated(out: Path, root: Path) -> list[str]:
     return ["-c", str(ini), "--rootdir", str(root)]
 
 
-def collect(args: argparse.Namespace, src: Path, rel: str, marker: str, out: Path) -> list[str]:
+def collect(args: argparse.Namespace, src: Path, rel: str, marker: str, out: Path) -> tuple[list[str], str]:
+    """(test ids, '') or ([], the decisive error line) when the file does not import here (e.g. a stored
+    version newer or older than the installed torch)."""
     log_path = out / f"collect.{safe(rel)}.log"
     rc, _, _ = suite.run_bounded(launcher(args) + [rel, "--collect-only", "-q", "-p", "no:cacheprovider",
                                                    *isolated(out, src)],
                                  environment(args, marker), log_path, 600, cwd=src)
-    return [ln.strip() for ln in log_path.read_text().splitlines() if ln.startswith(rel + "::")]
+    text = log_path.read_text(errors="replace")
+    ids = [ln.strip() for ln in text.splitlines() if ln.startswith(rel + "::")]
+    if ids or rc == 0:
+        return ids, ""
+    return [], last_error_line(text) or f"collection failed (exit {rc}), see {log_path.name}"
 
 
 def safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:150]
 
 
-def units_for(args: argparse.Namespace, src: Path, marker: str, out: Path) -> tuple[list[dict], dict]:
-    """(units to run, {path: 'missing'}) for the families asked for."""
+def units_for(args: argparse.Namespace, src: Path, marker: str, out: Path,
+              errors: dict | None = None) -> tuple[list[dict], dict]:
+    """(units to run, {path: family} of files the checkout lacks) for the families asked for; a file that
+    fails to collect goes into `errors` as a file-level result."""
     units, missing = [], {}
     for family, paths in FAMILIES.items():
         if args.families and family not in args.families:
@@ -145,7 +153,10 @@ def units_for(args: argparse.Namespace, src: Path, marker: str, out: Path) -> tu
                 missing[rel] = family
                 continue
             if args.chunk or args.reference:
-                ids = [i for i in collect(args, src, rel, marker, out) if not args.only or re.search(args.only, i)]
+                collected, error = collect(args, src, rel, marker, out)
+                if error and errors is not None:
+                    errors[rel] = {"family": family, "kind": "file", "outcome": "error", "message": error[:800]}
+                ids = [i for i in collected if not args.only or re.search(args.only, i)]
                 if args.reference:  # only what passed there (the measure is of those)
                     ids = [i for i in ids if args.reference.get(i, {}).get("outcome") == "passed"]
                 size = args.chunk or len(ids) or 1
@@ -306,7 +317,7 @@ def run_main(args: argparse.Namespace) -> int:
     if want_checkout and (src is None or not (src / "test" / "distributed").is_dir()):
         print("upstream: --pytorch-src DIR must hold test/distributed/ of a PyTorch checkout", file=sys.stderr)
         return 2
-    out = args.out
+    out = args.out.resolve()  # units run with the checkout as their cwd
     out.mkdir(parents=True, exist_ok=True)
     marker = uuid.uuid4().hex
     t0 = time.monotonic()
@@ -314,7 +325,7 @@ def run_main(args: argparse.Namespace) -> int:
               .isoformat(timespec="seconds"), "machine": machine(args), "sources": sources(src),
               "gpus": args.gpus, "units": [], "missing": {}, "results": {}}
     try:
-        units, report["missing"] = units_for(args, src, marker, out) if want_checkout else ([], {})
+        units, report["missing"] = units_for(args, src, marker, out, report["results"]) if want_checkout else ([], {})
         if args.families is None or DISTRIBUTED_TEST in args.families:
             units += distributed_test_units(args, marker, out)
         log(f"{len(units)} units, {args.jobs} at a time, {len(report['missing'])} files missing from the checkout")
@@ -381,8 +392,9 @@ def compare_main(real_path: Path, sim_paths: list[Path], markdown: bool) -> int:
     print(f"sim:  {sim['machine'].get('mode')} torch {sim['machine'].get('torch')} ({sim_path})")
     real_files = {k: v.get("sha256") for k, v in real.get("sources", {}).get("files", {}).items()}
     sim_files = {k: v.get("sha256") for k, v in sim.get("sources", {}).get("files", {}).items()}
-    same = all(real_files.get(k) == h for k, h in sim_files.items())
-    print(f"test files byte-identical on both sides: {same}")
+    same = all(real_files.get(k) == h for k, h in sim_files.items() if k in real_files)
+    print(f"test files byte-identical on both sides: {same}"
+          + "".join(f"\n  only simulated (no GPU reference): {k}" for k in sorted(set(sim_files) - set(real_files))))
     header = ("| family | tests | pass on real GPUs | of those, run simulated | pass simulated | "
               "pass / pass on GPUs | pass / run |")
     print("\n" + header + "\n|---|---|---|---|---|---|---|")

@@ -146,9 +146,24 @@ def set_current(index: int) -> None:
     mark_initialized()
 
 
-# GPU -> the stream made current there (api.Stream), None while it is the default stream. The caching
-# allocator keeps each stream's blocks apart, so allocations are charged to the current stream's pools.
-current_streams: dict[int, Any] = {}
+class _ThreadStreams(threading.local):
+    """GPU -> the stream the calling thread made current there (api.Stream), None while it is the default
+    stream. CUDA's current stream is per thread, as the current device is: one thread's
+    `with torch.cuda.stream(s)` leaves the other threads on theirs (FSDP's streams in threaded tests).
+    The caching allocator keeps each stream's blocks apart, so allocations are charged to the current
+    stream's pools."""
+
+    def __init__(self) -> None:
+        self.by_gpu: dict[int, Any] = {}
+
+    def get(self, index: int, default: Any = None) -> Any:
+        return self.by_gpu.get(index, default)
+
+    def __setitem__(self, index: int, stream: Any) -> None:
+        self.by_gpu[index] = stream
+
+
+current_streams = _ThreadStreams()
 
 
 def stream_key(index: int) -> int:

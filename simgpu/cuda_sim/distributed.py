@@ -172,7 +172,24 @@ def _bucket_buffer(original: Callable) -> Callable:
     return buffer
 
 
+def _all_gather_into_tensor_out(run: Callable, args: tuple, kwargs: dict) -> Any:
+    """`_c10d_functional.all_gather_into_tensor_out` (the functional collectives' out= form): its C++ calls
+    the group's `_allgather_base` through the dispatcher, which picks the backend by the tensors' device,
+    the host here, for which an NCCL group has none ("No backend type associated with device type cpu").
+    The group's own `_allgather_base` runs instead, its work registered for `wait_tensor`, as C++ does."""
+    values = dict(zip(("input", "group_size", "group_name"), args), **kwargs)
+    group = torch._C._distributed_c10d._resolve_process_group(values["group_name"])
+    if not isinstance(group, SimProcessGroup):
+        return run(*args, **kwargs)
+    out = values["out"]
+    torch._C._distributed_c10d._register_work(out, group._allgather_base(out, values["input"]))
+    return out
+
+
 def install() -> None:
+    from simgpu.cuda_sim import placement
+
+    placement.special(torch.ops._c10d_functional.all_gather_into_tensor_out, _all_gather_into_tensor_out)
     for name, served in ((SIM_NCCL, ("cuda",)), (SIM_NCCL_HOST, ("cpu", "cuda"))):
         if name.upper() not in dist.Backend._plugins:
             dist.Backend.register_backend(name, functools.partial(_create, devices=served), devices=["cpu", "cuda"])

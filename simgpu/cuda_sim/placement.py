@@ -386,6 +386,16 @@ _INFRA_MODES = tuple(getattr(torch._C._TorchDispatchModeKey, name) for name in (
                      if hasattr(torch._C._TorchDispatchModeKey, name))
 
 
+def program_mode_active() -> bool:
+    """Whether a dispatch mode of the program's own (LocalTensorMode, CommDebugMode), not a tracer's, is
+    active: it sees a factory's `device=` before placement does, and on CUDA that device is the GPU."""
+    if torch._C._len_torch_dispatch_stack() == 0:
+        return False
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    return any(not isinstance(m, PlacementMode) and not m.is_infra_mode() for m in _get_current_dispatch_mode_stack())
+
+
 def infra_mode_active() -> bool:
     """Whether torch is tracing here (FakeTensorMode, proxies, functionalization): shapes, not memory."""
     return any(torch._C._get_dispatch_mode(key) is not None for key in _INFRA_MODES)

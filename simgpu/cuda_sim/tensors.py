@@ -367,8 +367,10 @@ class SimCudaMode(TorchFunctionMode):
             if len(tensors) > 1 and not placement.pairs_lists(getattr(func, "__name__", "")):
                 common_device(tensors)  # one tensor cannot mix devices
             return func(*args, **kwargs)
-        if target != _HOST and not all(type(t) in _PLAIN for t in placement.tensors_of(args, kwargs)):
-            # a tensor subclass (DTensor) hands the call to its inner tensors: placement.py places them
+        if target != _HOST and (not all(type(t) in _PLAIN for t in placement.tensors_of(args, kwargs))
+                                or placement.program_mode_active()):
+            # a tensor subclass (DTensor) hands the call to its inner tensors, and a dispatch mode of the
+            # program's (LocalTensorMode: one tensor per rank) makes its own: placement.py places them
             return func(*args, **{**kwargs, "device": _cuda_device(target)})
         kwargs = {**kwargs, "device": "cpu"}
         if target == _HOST:

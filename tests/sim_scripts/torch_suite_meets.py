@@ -40,6 +40,16 @@ for _ in range(2):
     assert torch.equal(t1.full_tensor(), t2.full_tensor())
 assert rng.get_state().numel() == 16 and rng.get_offset() > 0
 
+# Functional collectives' out= form (test_c10d_functional_native.py::test_all_gather_into_tensor_single):
+# its C++ picks the group's backend by the tensors' device, and wait_tensor waits for the registered work
+torch._C._distributed_c10d._register_process_group("default", dist.group.WORLD)
+gathered = torch.empty(4, device="cuda")
+piece = torch.full((2,), float(rank), device="cuda")
+done = torch.ops._c10d_functional.all_gather_into_tensor_out(piece, 2, "default", out=gathered)
+assert done is gathered
+torch.ops._c10d_functional.wait_tensor(done)
+assert gathered.tolist() == [0.0, 0.0, 1.0, 1.0] and gathered.device == torch.device("cuda", rank), gathered
+
 
 # FSDP2 CPU offload (test_fully_shard_state_dict.py::test_dp_state_dict_cpu_offload): a GPU state dict
 # loaded into a pinned-CPU-offload model is refused at lazy init, a host one is taken
