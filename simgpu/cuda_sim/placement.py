@@ -238,13 +238,14 @@ class PlacementMode(TorchDispatchMode):
             # autograd's `grad.to(self.options())`: the result stays with the inputs. The program's
             # own host requests (.cpu(), device="cpu") are settled in tensors.py before reaching here.
             target = gpu_of(tensors_of(args, kwargs, unwrap=False))
-            if target is None and device is not None and func is not _ZERO_TENSOR \
-                    and next(tensors_of(args, kwargs, unwrap=False), None) is None:
+            if target is None and device is not None and next(tensors_of(args, kwargs, unwrap=False), None) is None:
                 target = _backward_node_gpu()
         else:
             kwargs = {**kwargs, "device": _CPU}
         if target is None:
             return op.run(*args, **kwargs)
+        if func is _ZERO_TENSOR:  # autograd's zero gradients own no memory (on CUDA neither): labelled, not counted
+            return devices.mark(op.run(*args, **kwargs), target)
         if op.blas is not None:  # the cuBLAS workspace its CUDA kernel would allocate on first use
             workspaces.charge(op.blas, target, args, kwargs)
         if op.random:
@@ -267,7 +268,7 @@ def _label_outputs(op: "_Op", out: Any, target: int) -> Any:
     return label(out, target)
 
 
-_ZERO_TENSOR = aten._efficientzerotensor.default  # no storage to carry a label: stays as torch made it
+_ZERO_TENSOR = aten._efficientzerotensor.default
 
 
 def _backward_node_gpu() -> int | None:

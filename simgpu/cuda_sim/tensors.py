@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from simgpu.cuda_sim import attention, devices, generators, legacy_types, placement
+from simgpu.cuda_sim import attention, devices, generators, half_fft, legacy_types, placement
 from simgpu.cuda_sim.errors import SimulationError
 from simgpu.cuda_sim.placement import suspended  # noqa: F401  (the simulator's plumbing imports it from here)
 
@@ -348,6 +348,8 @@ class SimCudaMode(TorchFunctionMode):
             return _parse_to_for_module(args, kwargs)
         if kwargs.get("pin_memory"):  # torch.empty(..., pin_memory=True): pinned host memory, as Tensor.pin_memory()
             return _pinned(self.__torch_function__(func, types, args, {**kwargs, "pin_memory": False}))
+        if half_fft.applies(func, args, kwargs):  # cuFFT's half precision, which the host's FFT lacks
+            return half_fft.run(func, args, kwargs)
         if func is torch._C._nn.unflatten_dense_tensors:
             # views of the flat buffer, except empty tensors, which C++ makes afresh from host options
             out = func(*args, **kwargs)

@@ -47,24 +47,10 @@ EXPLAINED: dict[tuple[str, str, str], str] = {
 _WRAPPED_DEVICE = ("tensors.py: inside vmap/grad, Tensor.device of a functorch-wrapped tensor says cpu (its "
                    "device comes from a storage it does not have), so torch code allocating with "
                    "device=x.device makes host tensors, and .to() under a transform fails on the missing storage")
-_ZERO_GRAD = ("placement.py: zero gradients autograd makes as efficient zero tensors (_efficientzerotensor, "
-              "from the input's host options) stay on the host: they have no storage to carry a label")
 OPEN: dict[tuple[str, str, str], str] = {
     **{(name, "", check): _WRAPPED_DEVICE for name in ("masked.std", "masked.var", "masked.cumsum", "masked.cumprod",
                                                        "svd_lowrank", "pca_lowrank", "to")
        for check in ("vmap", "grad")},
-    **{(name, "", check): _ZERO_GRAD for name in ("sgn", "normal",
-                                                  "max_pool2d_with_indices_backward")
-       for check in ("backward", "grad")},
-    **{(name, "*", check): ("cuda_kernels.py: cuFFT computes float16 and complex32 (power-of-two sizes); the "
-                            "host's FFT has no half precision ('Unsupported dtype Half'): a stand-in computing in "
-                            "float32 and rounding, as CUDA's result, is still to write")
-       for name in ("fft.fft", "fft.fft2", "fft.fftn", "fft.ifft", "fft.ifft2", "fft.ifftn", "fft.rfft", "fft.rfft2",
-                    "fft.rfftn", "fft.irfft", "fft.irfft2", "fft.irfftn", "fft.hfft", "fft.hfft2", "fft.hfftn",
-                    "fft.ihfft", "fft.ihfft2", "fft.ihfftn") for check in ("cuda", "autocast")},
-    **{("nn.functional.multi_head_attention_forward", "", check): (
-        "the simulated result differs from the host's beyond rounding with dropout 0 and training=False: "
-        "not understood yet (the CUDA record agrees on dtypes and shapes)") for check in ("values", "backward")},
 }
 
 
