@@ -121,4 +121,12 @@ try:
     raise AssertionError("a sparse tensor was made from a simulated GPU tensor")
 except RuntimeError as exc:
     assert "sparse tensors are not simulated" in str(exc), exc
+# a traced graph with a device argument runs: torch.fx writes `device(...)` and imports torch's device class
+# only where that class is torch.device, which simgpu replaces (every make_fx graph with a factory failed:
+# "NameError: name 'device' is not defined")
+from torch.fx.experimental.proxy_tensor import make_fx
+
+traced = make_fx(lambda t: t + torch.ones(2, device=t.device))(torch.zeros(2))
+assert "device(type='cpu')" in traced.code and traced(torch.ones(2)).tolist() == [2.0, 2.0]
+assert torch.device == type(torch.device("cpu")) and hash(torch.device) == hash(type(torch.device("cpu")))
 print("OK cuda_programs_meet")
