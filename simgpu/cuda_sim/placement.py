@@ -226,8 +226,8 @@ class PlacementMode(TorchDispatchMode):
             return _foreach(op.run, args, kwargs)
         device = kwargs.get("device") if op.has_device else None
         target = None if device is None else _resolve_device(device)
-        if target == _ELSEWHERE:
-            return op.run(*args, **kwargs)
+        if target == _ELSEWHERE or (target is not None and target != _HOST and infra_mode_active()):
+            return op.run(*args, **kwargs)  # meta; or a tracing mode below: a fake tensor on the GPU, as on CUDA
         if target == _HOST and getattr(_state, "host", 0):
             return op.run(*args, **kwargs)
         pending = getattr(_state, "random_target", None) if op.random else None

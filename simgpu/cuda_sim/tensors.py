@@ -303,13 +303,14 @@ def _make_subclass(*args: Any, **kwargs: Any) -> torch.Tensor:  # (cls, data, ..
     # of torch.Tensor._make_subclass accepts a replacement whose signature is (*args, **kwargs) only
     """A subclass made over another tensor with a device for its dispatch keys (FakeTensor: a fake tensor
     on "cuda:i" is metadata over a meta tensor) is given the host in C++ and the simulated GPU as its
-    in Python (FakeTensor.fake_device; devices.device_of reads it): a CUDA device in C++ would make torch's
-    device guards ask the CUDA runtime (a CPU build of torch aborts the process, a CUDA build without a
-    GPU fails). The storage is not labelled: it is the meta tensor's, which stays on "meta"."""
+    in Python (FakeTensor.fake_device; devices.device_of reads it); C++ asks Python for the device and hears
+    the host (fake_tensors.py): a CUDA device in C++ would make torch's device guards ask the CUDA runtime
+    (a CPU build of torch aborts the process, a CUDA build without a GPU fails). The storage is not
+    labelled: it is the meta tensor's, which stays on "meta"."""
     device = kwargs.get("device_for_backend_keys")
     index = devices.resolve(device) if device is not None else None
-    if index is not None:  # and C++ asks the tensor itself, not Python, for its device
-        kwargs.update(device_for_backend_keys=torch.device("cpu"), dispatch_device=False)
+    if index is not None:  # C++ asks Python for its device, and hears the host (fake_tensors.py)
+        kwargs.update(device_for_backend_keys=torch.device("cpu"))
     return _original["_make_subclass"](*args, **kwargs)
 
 
@@ -369,8 +370,11 @@ class SimCudaMode(TorchFunctionMode):
             if len(tensors) > 1 and not placement.pairs_lists(getattr(func, "__name__", "")):
                 common_device(tensors)  # one tensor cannot mix devices
             return func(*args, **kwargs)
-        if target != _HOST and not all(type(t) in _PLAIN for t in placement.tensors_of(args, kwargs)):
-            # a tensor subclass (DTensor) hands the call to its inner tensors: placement.py places them
+        if target != _HOST and (placement.infra_mode_active()
+                                or not all(type(t) in _PLAIN for t in placement.tensors_of(args, kwargs))):
+            # a tensor subclass (DTensor) hands the call to its inner tensors: placement.py places them; under
+            # FakeTensorMode or a tracer the result is a fake on the GPU, as on CUDA, and a traced graph keeps
+            # the GPU for its replay
             return func(*args, **{**kwargs, "device": _cuda_device(target)})
         kwargs = {**kwargs, "device": "cpu"}
         if target == _HOST:

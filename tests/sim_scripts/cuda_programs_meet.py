@@ -129,4 +129,17 @@ from torch.fx.experimental.proxy_tensor import make_fx
 traced = make_fx(lambda t: t + torch.ones(2, device=t.device))(torch.zeros(2))
 assert "device(type='cpu')" in traced.code and traced(torch.ones(2)).tolist() == [2.0, 2.0]
 assert torch.device == type(torch.device("cpu")) and hash(torch.device) == hash(type(torch.device("cpu")))
+# factories inside FakeTensorMode with a GPU device make fakes on that GPU, as on CUDA, through autograd, with
+# no memory; a graph traced with a GPU factory keeps the GPU when it runs (flex attention's backward traces so)
+held = torch.cuda.memory_allocated(0)
+with FakeTensorMode():
+    made = torch.randn(4, 8, device="cuda", requires_grad=True)
+    layer = torch.nn.Linear(8, 3, device="cuda:1")
+    layer(made.to("cuda:1")).sum().backward()
+    assert made.device == torch.device("cuda:0") and made.is_cuda and made.grad.device == torch.device("cuda:0")
+    assert layer.weight.grad.device == torch.device("cuda:1") and torch.ones(2).device == torch.device("cpu")
+assert torch.cuda.memory_allocated(0) == held
+on_gpu = make_fx(lambda t: t + torch.ones(2, device=t.device))(torch.zeros(2, device="cuda:1"))
+assert "device(type='cuda', index=1)" in on_gpu.code, on_gpu.code
+assert on_gpu(torch.ones(2, device="cuda:1")).device == torch.device("cuda:1")
 print("OK cuda_programs_meet")
