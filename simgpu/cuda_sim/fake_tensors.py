@@ -11,6 +11,10 @@ first `torch.cond` of a tensor that requires grad.
 The simulated tensor is host memory below Python (tensors.py), and its fake is too: its describing step
 (torch._subclasses.meta_utils, which every fake conversion goes through) records the C++ device. The
 traced graph only serves to analyse the function; the real run places every op on the GPU (placement.py).
+
+A fake made on a simulated GPU (a factory with device="cuda" under FakeTensorMode or a tracer) says cuda:i
+in Python; when torch's C++ asks it for its device (prim.device) it answers the host, as the GPU's real
+tensors do (tensors._make_subclass gives it the host's dispatch keys).
 """
 from __future__ import annotations
 
