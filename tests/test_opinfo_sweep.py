@@ -61,3 +61,16 @@ def test_dropout_given_by_position_makes_a_sample_random() -> None:
     for s in samples:
         bound = inspect.signature(torch.nn.functional.multi_head_attention_forward).bind(s.input, *s.args, **s.kwargs)
         assert drops_out(op, s) == (bound.arguments["dropout_p"] > 0 and bound.arguments["training"])
+
+
+def test_a_sample_asking_for_the_host_expects_host_outputs() -> None:
+    """new_ones/full_like/randint_like samples with device="cpu" give host tensors on CUDA too."""
+    from torch.testing._internal.common_methods_invocations import SampleInput
+
+    from tests.simulated_device.opinfo_sweep import compare, expected_device
+
+    x = torch.ones(2)
+    host_asked = SampleInput(x, args=((2,),), kwargs={"device": "cpu"})
+    assert expected_device(host_asked) == "cpu" and expected_device(SampleInput(x)) == "cpu"
+    assert compare(torch.ones(2), torch.ones(2), expected_device(host_asked), values=True) is None
+    assert compare(torch.ones(2), torch.ones(2), "cuda:0", values=True) is not None

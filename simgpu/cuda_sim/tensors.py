@@ -328,6 +328,7 @@ _RANDOM = {torch.rand, torch.randn, torch.randint, torch.randperm, torch.normal,
 # metadata and storage swaps), or which report properties.
 _NO_DEVICE_RULE = {
     TensorBase.copy_, TensorBase.__setitem__, TensorBase.index_put_, TensorBase.__getitem__, TensorBase.set_,
+    TensorBase.index_put, torch.index_put, torch.index_put_,  # indices may be host tensors, as on CUDA
     TensorBase.data.__set__, torch._has_compatible_shallow_copy_type, torch.is_same_size, TensorBase.is_set_to,
     TensorBase.size, TensorBase.dim, TensorBase.shape.__get__,
     TensorBase.numel, TensorBase.stride, TensorBase.dtype.__get__, TensorBase.requires_grad.__get__,

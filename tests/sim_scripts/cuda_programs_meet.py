@@ -115,6 +115,11 @@ assert torch.vmap(lambda r: r + torch.ones(3, device=r.device))(x).device == tor
 assert torch.vmap(lambda r: r.to("cuda"))(x).device == torch.device("cuda:0")
 # split points given as a host tensor, as CUDA requires them
 assert torch.tensor_split(torch.arange(6.0, device="cuda"), torch.tensor([2]))[1].device == torch.device("cuda:0")
+# index_put (out of place, and under vmap) takes host indices, as CUDA does
+where = torch.tensor([0, 2])
+assert torch.zeros(5, device="cuda").index_put((where,), torch.ones(2, device="cuda")).tolist() == [1, 0, 1, 0, 0]
+assert torch.index_put(torch.zeros(5, device="cuda"), (where,), torch.ones(2, device="cuda")).is_cuda
+assert torch.vmap(lambda r: r.index_put((where,), torch.ones(2, device="cuda")))(torch.zeros(3, 5, device="cuda")).is_cuda
 # sparse tensors are not simulated: converting a GPU tensor is refused in one line, not made on the host
 try:
     torch.ones(2, 2, device="cuda").to_sparse()

@@ -341,10 +341,19 @@ def _nth(made: Callable[[], list], index: int) -> Any:
     return made()[index]
 
 
+def expected_device(s: Any) -> str:
+    """Where the outputs of a sample made on the GPU belong: the input's GPU, unless the sample asks for the
+    host by name (new_ones(..., device="cpu"), full_like, randint_like), as CUDA gives it."""
+    asked = s.kwargs.get("device")
+    if asked is not None and torch.device(asked).type == "cpu":
+        return "cpu"
+    return str(s.input.device) if isinstance(s.input, torch.Tensor) else "cuda:0"
+
+
 def check_sample(op: Any, s: Any, dtype: torch.dtype, key: str, backward: bool, random: bool, reference: dict,
                  report: Report, as_recorded: Callable[[], Any] | None = None) -> None:
     h = host_copy(s)
-    device = str(s.input.device) if isinstance(s.input, torch.Tensor) else "cuda:0"
+    device = expected_device(s)
     sim_out, sim_exc = attempt(lambda: call(op, s))
     host_out, host_exc = attempt(lambda: call(op, h))
     entry = reference.get(key)
