@@ -1,6 +1,7 @@
-"""Run under `simgpu run --gpus 2`: torch.fft in float16 / complex32 on simulated GPUs as cuFFT computes it
-(half_fft.py): the host's FFT refuses half precision, CUDA's computes it for power-of-two sizes and
-refuses other sizes with cuFFT's message."""
+"""Run under `simgpu run --gpus 2`: half precision where CUDA has kernels the host lacks. torch.fft in
+float16 / complex32 as cuFFT computes it (half_fft.py): the host's FFT refuses half precision, CUDA's
+computes it for power-of-two sizes and refuses other sizes with cuFFT's message. complex32 cos/sum/...
+and float16 margin losses (half_kernels.py): computed wide and rounded once, as CUDA's opmath does."""
 import torch
 
 torch.manual_seed(0)
@@ -50,4 +51,27 @@ except RuntimeError as e:
     assert "Unsupported dtype Half" in str(e) or "Half" in str(e), e
 else:
     raise AssertionError("a float16 FFT ran on the host, which torch's CPU FFT cannot do")
-print("OK half_precision_fft")
+
+# complex32 and float16 kernels CUDA has and the host lacks: wide, rounded once; others stay refused
+z = torch.randn(4, device="cuda:1", dtype=torch.complex64)
+for fn in (torch.cos, torch.cosh, torch.acos, torch.acosh, torch.atanh, torch.sum, torch.prod, lambda t: t.sum(0)):
+    got = fn(z.to(torch.complex32))
+    want = fn(z.cpu().to(torch.complex32).to(torch.complex64)).to(torch.complex32)
+    assert got.device == torch.device("cuda:1") and got.dtype == torch.complex32, (got.device, got.dtype)
+    assert torch.equal(got.cpu().to(torch.complex64), want.to(torch.complex64)), fn
+for refused in (lambda: torch.sin(z.to(torch.complex32)), lambda: torch.cos(z.cpu().to(torch.complex32))):
+    try:
+        refused()
+    except NotImplementedError as e:
+        assert "ComplexHalf" in str(e), e
+    else:
+        raise AssertionError("a complex32 op ran that CUDA (sin) or the host (cos) refuses")
+scores = torch.randn(3, 4, device="cuda:1", dtype=torch.float16, requires_grad=True)
+loss = torch.nn.functional.multi_margin_loss(scores, torch.tensor([0, 2, 1], device="cuda:1"))
+loss.backward()
+host_scores = scores.detach().cpu().float().requires_grad_()
+host_loss = torch.nn.functional.multi_margin_loss(host_scores, torch.tensor([0, 2, 1]))
+host_loss.backward()
+assert loss.dtype == torch.float16 and loss.device == torch.device("cuda:1") and scores.grad.dtype == torch.float16
+assert loss.item() == host_loss.half().item() and torch.equal(scores.grad.cpu(), host_scores.grad.half())
+print("OK half_precision")
