@@ -19,7 +19,7 @@ _HALF_FLOATS = frozenset({torch.float16, torch.bfloat16})
 # op packet -> the dtypes CUDA computes that the host cannot (torch 2.11 CUDA record; host: torch 2.13 CPU)
 CUDA_ONLY_DTYPES: dict[Any, frozenset[torch.dtype]] = {
     **{getattr(aten, name): frozenset({torch.complex32})
-       for name in ("cos", "cosh", "acos", "acosh", "atanh", "sum", "prod")},
+       for name in ("cos", "cosh", "acos", "acosh", "atanh", "pow", "sum", "prod")},
     **{getattr(aten, name): _HALF_FLOATS
        for name in ("multi_margin_loss", "multi_margin_loss_backward", "multilabel_margin_loss_forward",
                     "multilabel_margin_loss_backward") if hasattr(aten, name)},

@@ -43,6 +43,10 @@ EXPLAINED: dict[tuple[str, str, str], str] = {
     ("new_empty_strided", "*", "values"): _UNINITIALISED,
     **{(name, "*", check): _RANDOM_PROJECTION for name in ("svd_lowrank", "pca_lowrank")
        for check in ("values", "backward", "grad", "vmap")},
+    **{(name, "*", check): ("draws its pooling regions (random samples of the input's dtype and device) from the "
+                            "simulated GPU's generator, the host's from the CPU generator")
+       for name in ("nn.functional.fractional_max_pool2d", "nn.functional.fractional_max_pool3d")
+       for check in ("values", "backward", "grad", "vmap")},
     **{(name, "*", check): _JITERATOR
        for name in ("jiterator_unary", "jiterator_binary", "jiterator_binary_return_by_ref",
                     "jiterator_2inputs_2outputs", "jiterator_4inputs_with_extra_args")
