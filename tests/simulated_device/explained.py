@@ -47,6 +47,9 @@ EXPLAINED: dict[tuple[str, str, str], str] = {
                             "simulated GPU's generator, the host's from the CPU generator")
        for name in ("nn.functional.fractional_max_pool2d", "nn.functional.fractional_max_pool3d")
        for check in ("values", "backward", "grad", "vmap")},
+    ("index_put", "", "backward"): ("complex32 samples: the gradient sums complex32 values, which the host refuses "
+                                    "('sum_cpu not implemented for ComplexHalf') and CUDA computes, as the simulation "
+                                    "does (half_kernels.py); the host is no reference there"),
     **{(name, "*", check): _JITERATOR
        for name in ("jiterator_unary", "jiterator_binary", "jiterator_binary_return_by_ref",
                     "jiterator_2inputs_2outputs", "jiterator_4inputs_with_extra_args")
