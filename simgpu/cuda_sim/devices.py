@@ -244,12 +244,6 @@ def adopt(t: torch.Tensor, index: int) -> torch.Tensor:
     return t
 
 
-def mark(t: torch.Tensor, index: int) -> torch.Tensor:
-    """Put a tensor that owns no memory (an efficient zero tensor) on simulated GPU `index`, uncounted."""
-    setattr(t.untyped_storage(), LABEL, index)
-    return t
-
-
 class _Allocation:
     """Held by a storage on a simulated GPU: charges its block there until the storage is freed
     (cheaper than a weakref.finalize, and every op's result makes one)."""

@@ -244,8 +244,10 @@ class PlacementMode(TorchDispatchMode):
             kwargs = {**kwargs, "device": _CPU}
         if target is None:
             return op.run(*args, **kwargs)
-        if func is _ZERO_TENSOR:  # autograd's zero gradients own no memory (on CUDA neither): labelled, not counted
-            return devices.mark(op.run(*args, **kwargs), target)
+        if func is _ZERO_TENSOR:
+            # autograd's zero gradients (no memory on CUDA either) made as ordinary zeros on the GPU: a labelled
+            # efficient zero tensor crashed later arithmetic (a segfault in assert_close, "expand() ... found int")
+            return label(aten.zeros.default(*args, **kwargs), target)
         if op.blas is not None:  # the cuBLAS workspace its CUDA kernel would allocate on first use
             workspaces.charge(op.blas, target, args, kwargs)
         if op.random:

@@ -55,7 +55,8 @@ for make in (lambda x: torch.sgn(x), lambda x: torch.normal(x, x.abs() + 1),
     x = torch.randn(4, device="cuda:1", requires_grad=True)
     g, = torch.autograd.grad(make(x).sum(), x)
     assert g.device == torch.device("cuda:1") and g.is_cuda and g.get_device() == 1, g.device
-    assert (g + torch.ones(4, device="cuda:1")).device == torch.device("cuda:1")
+    assert (g + torch.ones(4, device="cuda:1")).device == torch.device("cuda:1") and (g + 1).is_cuda
+    torch.testing.assert_close(g.detach(), torch.zeros(4, device="cuda:1"))  # a labelled zero tensor crashed here
     gg = torch.func.grad(lambda t: make(t).sum())(x.detach())
     assert gg.device == torch.device("cuda:1"), gg.device
 
