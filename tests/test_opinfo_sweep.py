@@ -74,3 +74,5 @@ def test_a_sample_asking_for_the_host_expects_host_outputs() -> None:
     assert expected_device(host_asked) == "cpu" and expected_device(SampleInput(x)) == "cpu"
     assert compare(torch.ones(2), torch.ones(2), expected_device(host_asked), values=True) is None
     assert compare(torch.ones(2), torch.ones(2), "cuda:0", values=True) is not None
+    assert expected_device(SampleInput(2)) == "cpu"  # arange(2): no device argument, a host tensor on CUDA too
+    assert expected_device(SampleInput(2, kwargs={"device": "cuda"})) == "cuda:0"

@@ -348,12 +348,16 @@ def _nth(made: Callable[[], list], index: int) -> Any:
 
 
 def expected_device(s: Any) -> str:
-    """Where the outputs of a sample made on the GPU belong: the input's GPU, unless the sample asks for the
-    host by name (new_ones(..., device="cpu"), full_like, randint_like), as CUDA gives it."""
+    """Where the outputs of a sample made on the GPU belong, as CUDA gives them: the input's GPU, unless the
+    sample asks for the host by name (new_ones(..., device="cpu"), full_like, randint_like); a factory
+    sample without a tensor input makes its result where its device argument says (none: the host,
+    arange(2))."""
     asked = s.kwargs.get("device")
     if asked is not None and torch.device(asked).type == "cpu":
         return "cpu"
-    return str(s.input.device) if isinstance(s.input, torch.Tensor) else "cuda:0"
+    if isinstance(s.input, torch.Tensor):
+        return str(s.input.device)
+    return "cpu" if asked is None else f"cuda:{torch.device(asked).index or 0}"
 
 
 def check_sample(op: Any, s: Any, dtype: torch.dtype, key: str, backward: bool, random: bool, reference: dict,
