@@ -415,7 +415,8 @@ def _on_gpus_only(packet: Any, kernel: Callable) -> Callable:
     do fake tensors (DTensor's sharding propagation, tracers): torch's meta kernel gives CUDA's shapes."""
     def run(*args: Any, **kwargs: Any) -> Any:
         tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
-        if any(isinstance(a, FakeTensor) for a in tensors) or not any(devices.device_of(a) is not None for a in tensors):
+        on_gpu = any(devices.device_of(a) is not None for a in tensors)
+        if not on_gpu or any(isinstance(a, FakeTensor) for a in tensors):
             return packet.default(*args, **kwargs)
         return kernel(*args, **kwargs)
 

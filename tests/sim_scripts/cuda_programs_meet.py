@@ -119,7 +119,8 @@ assert torch.tensor_split(torch.arange(6.0, device="cuda"), torch.tensor([2]))[1
 where = torch.tensor([0, 2])
 assert torch.zeros(5, device="cuda").index_put((where,), torch.ones(2, device="cuda")).tolist() == [1, 0, 1, 0, 0]
 assert torch.index_put(torch.zeros(5, device="cuda"), (where,), torch.ones(2, device="cuda")).is_cuda
-assert torch.vmap(lambda r: r.index_put((where,), torch.ones(2, device="cuda")))(torch.zeros(3, 5, device="cuda")).is_cuda
+batched = torch.vmap(lambda r: r.index_put((where,), torch.ones(2, device="cuda")))(torch.zeros(3, 5, device="cuda"))
+assert batched.is_cuda and batched.sum().item() == 6
 # sparse tensors are not simulated: converting a GPU tensor is refused in one line, not made on the host
 try:
     torch.ones(2, 2, device="cuda").to_sparse()
