@@ -76,3 +76,4 @@ def test_a_sample_asking_for_the_host_expects_host_outputs() -> None:
     assert compare(torch.ones(2), torch.ones(2), "cuda:0", values=True) is not None
     assert expected_device(SampleInput(2)) == "cpu"  # arange(2): no device argument, a host tensor on CUDA too
     assert expected_device(SampleInput(2, kwargs={"device": "cuda"})) == "cuda:0"
+    assert expected_device(SampleInput([torch.ones(2, device="meta")])) == "meta"  # stack's list of tensors

@@ -355,8 +355,9 @@ def expected_device(s: Any) -> str:
     asked = s.kwargs.get("device")
     if asked is not None and torch.device(asked).type == "cpu":
         return "cpu"
-    if isinstance(s.input, torch.Tensor):
-        return str(s.input.device)
+    given = next(iter(tensors(s.input)), None)  # the input, or the first of a list of them (stack, meshgrid)
+    if given is not None:
+        return str(given.device)
     return "cpu" if asked is None else f"cuda:{torch.device(asked).index or 0}"
 
 
