@@ -4,11 +4,13 @@ process, in shards so xdist spreads them: by default one dtype and the first sam
 --opinfo-all every dtype CUDA supports and every sample (about 4 hours on 2 busy cores: no CI tier runs it)."""
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.processes import run_bounded
 from tests.test_simgpu_run import ROOT
@@ -43,3 +45,35 @@ def test_opinfo_first_samples(shard: int, tmp_path: Path) -> None:
 @pytest.mark.parametrize("shard", range(FULL_SHARDS))
 def test_opinfo_every_dtype_and_sample(shard: int, tmp_path: Path) -> None:
     _check(_sweep(tmp_path, shard, FULL_SHARDS, full=True, timeout=7200))
+
+
+def test_dropout_given_by_position_makes_a_sample_random() -> None:
+    """multi_head_attention_forward's samples pass dropout_p by position (with training=True in some): those
+    draw a mask, so their values are the generator's; with training=False no mask is drawn."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    from tests.simulated_device.opinfo_sweep import drops_out
+
+    op = next(o for o in op_db if o.name == "nn.functional.multi_head_attention_forward")
+    samples = list(op.sample_inputs("cpu", torch.float32))
+    random = [s for s in samples if drops_out(op, s)]
+    assert random and len(random) < len(samples)
+    for s in samples:
+        bound = inspect.signature(torch.nn.functional.multi_head_attention_forward).bind(s.input, *s.args, **s.kwargs)
+        assert drops_out(op, s) == (bound.arguments["dropout_p"] > 0 and bound.arguments["training"])
+
+
+def test_a_sample_asking_for_the_host_expects_host_outputs() -> None:
+    """new_ones/full_like/randint_like samples with device="cpu" give host tensors on CUDA too."""
+    from torch.testing._internal.common_methods_invocations import SampleInput
+
+    from tests.simulated_device.opinfo_sweep import compare, expected_device
+
+    x = torch.ones(2)
+    host_asked = SampleInput(x, args=((2,),), kwargs={"device": "cpu"})
+    assert expected_device(host_asked) == "cpu" and expected_device(SampleInput(x)) == "cpu"
+    assert compare(torch.ones(2), torch.ones(2), expected_device(host_asked), values=True) is None
+    assert compare(torch.ones(2), torch.ones(2), "cuda:0", values=True) is not None
+    assert expected_device(SampleInput(2)) == "cpu"  # arange(2): no device argument, a host tensor on CUDA too
+    assert expected_device(SampleInput(2, kwargs={"device": "cuda"})) == "cuda:0"
+    assert expected_device(SampleInput([torch.ones(2, device="meta")])) == "meta"  # stack's list of tensors

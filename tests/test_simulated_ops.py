@@ -13,7 +13,8 @@ from simgpu.cuda_sim import autocast
 from tests.test_simgpu_run import SCRIPTS, simgpu_run
 
 
-@pytest.mark.parametrize("script", ["autocast_cuda.py", "functorch_flex.py", "higher_order_ops.py", "checkpointed_hops.py"])
+@pytest.mark.parametrize("script", ["autocast_cuda.py", "functorch_flex.py", "higher_order_ops.py", "checkpointed_hops.py",
+                                    "half_precision.py"])
 def test_program_on_simulated_gpus(script: str) -> None:
     done = simgpu_run(2, str(SCRIPTS / script))
     assert done.returncode == 0, done.stdout + done.stderr[-5000:]

@@ -54,8 +54,8 @@ def activate(gpus: int | None = None) -> None:
         raise SimulationError(f"simgpu: {GPUS_ENV}={text!r}: the number of simulated GPUs must be a positive integer")
     preload()
     from simgpu.cuda_sim import (api, attention, autocast, comm, cuda_build, cuda_kernels, distributed, dtensor_new,
-                                 fake_tensors, generator_identity, higher_order, random_ops, serialization, surface,
-                                 tensors, warning_sites)
+                                 fake_tensors, generator_identity, half_fft, half_kernels, higher_order, random_ops,
+                                 serialization, surface, tensors, warning_sites)
 
     api.install()
     cuda_build.install()
@@ -73,5 +73,7 @@ def activate(gpus: int | None = None) -> None:
     fake_tensors.install()
     higher_order.install()
     random_ops.install()
+    half_fft.install()
+    half_kernels.install()
     warning_sites.install()
     _active = True

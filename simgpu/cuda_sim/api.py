@@ -534,8 +534,18 @@ TORCH_ACCELERATOR = {
 
 
 class _DeviceMeta(type):
+    """torch.device's stand-in is torch.device to isinstance and to comparisons: torch.fx writes the device
+    arguments of a graph as `device(...)` and imports `device` only where `obj != torch.device` says the
+    class it registered is torch.device (otherwise every traced graph with a device fails: NameError)."""
+
     def __instancecheck__(cls, obj: Any) -> bool:
         return isinstance(obj, _TorchDevice)
+
+    def __eq__(cls, other: object) -> bool:
+        return other is cls or other is _TorchDevice
+
+    def __hash__(cls) -> int:
+        return hash(_TorchDevice)
 
 
 _TorchDevice = torch.device

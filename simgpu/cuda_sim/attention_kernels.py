@@ -24,6 +24,7 @@ import math
 from typing import Any, Callable
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 from simgpu.cuda_sim import devices, generators
 
@@ -410,9 +411,12 @@ def efficient_backward(grad_out_: Tensor, query: Tensor, key: Tensor, value: Ten
 
 
 def _on_gpus_only(packet: Any, kernel: Callable) -> Callable:
-    """The stand-in for tensors on simulated GPUs; host tensors get torch's own answer (no CPU kernel)."""
+    """The stand-in for tensors on simulated GPUs; host tensors get torch's own answer (no CPU kernel), and so
+    do fake tensors (DTensor's sharding propagation, tracers): torch's meta kernel gives CUDA's shapes."""
     def run(*args: Any, **kwargs: Any) -> Any:
-        if not any(isinstance(a, Tensor) and devices.device_of(a) is not None for a in (*args, *kwargs.values())):
+        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
+        on_gpu = any(devices.device_of(a) is not None for a in tensors)
+        if not on_gpu or any(isinstance(a, FakeTensor) for a in tensors):
             return packet.default(*args, **kwargs)
         return kernel(*args, **kwargs)
 

@@ -11,6 +11,10 @@ first `torch.cond` of a tensor that requires grad.
 The simulated tensor is host memory below Python (tensors.py), and its fake is too: its describing step
 (torch._subclasses.meta_utils, which every fake conversion goes through) records the C++ device. The
 traced graph only serves to analyse the function; the real run places every op on the GPU (placement.py).
+
+A fake made on a simulated GPU (a factory with device="cuda" under FakeTensorMode or a tracer) says cuda:i
+in Python; when torch's C++ asks it for its device (prim.device) it answers the host, as the GPU's real
+tensors do (tensors._make_subclass gives it the host's dispatch keys).
 """
 from __future__ import annotations
 
@@ -35,8 +39,42 @@ def _host_described(original: Callable) -> Callable:
     return describe_tensor
 
 
+def _host_device_for_cpp(original: Callable) -> Callable:
+    """FakeTensor answers C++'s question for its device (prim.device) with its fake device; for a fake on a
+    simulated GPU the answer to C++ is the host, as for the GPU's real tensors: a CUDA device would make
+    torch's device guards ask a CUDA runtime (the CPU wheel aborts), and the fake's meta storage as its C++
+    device made autograd copy gradients to "meta" (a traced joint graph, flex attention's backward).
+    Python's Tensor.device still says cuda:i (FakeTensor.device, tensors.device_of)."""
+    def __torch_dispatch__(cls: type, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = original(func, types, args, kwargs if kwargs is not None else {})
+        if func is torch.ops.prim.device.default and isinstance(out, torch.device) and out.type == "cuda":
+            return torch.device("cpu")
+        return out
+
+    __torch_dispatch__._simgpu_original = original  # type: ignore[attr-defined]
+    return classmethod(__torch_dispatch__)
+
+
+def _host_answer(handler: Callable) -> Callable:
+    def device_handler(args: Any) -> Any:
+        out = handler(args)
+        return torch.device("cpu") if isinstance(out, torch.device) and out.type == "cuda" else out
+
+    device_handler._simgpu_original = handler  # type: ignore[attr-defined]
+    return device_handler
+
+
 def install() -> None:
     """Describe simulated tensors to torch's fake-tensor machinery by their C++ (host) device."""
+    from torch._subclasses import fake_tensor
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if not hasattr(FakeTensor.__torch_dispatch__, "_simgpu_original"):
+        FakeTensor.__torch_dispatch__ = _host_device_for_cpp(FakeTensor.__torch_dispatch__)
+    handlers = getattr(fake_tensor, "_DISPATCH_META_HANDLERS", {})  # FakeTensorMode answers it too
+    device_handler = handlers.get(torch.ops.prim.device.default)
+    if device_handler is not None and not hasattr(device_handler, "_simgpu_original"):
+        handlers[torch.ops.prim.device.default] = _host_answer(device_handler)
     try:
         from torch._subclasses.meta_utils import MetaTensorDescriber
     except ImportError:  # torch without the describer (< 2.3): its fakes are made another way

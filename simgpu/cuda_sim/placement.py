@@ -232,8 +232,8 @@ class PlacementMode(TorchDispatchMode):
             return _foreach(op.run, args, kwargs)
         device = kwargs.get("device") if op.has_device else None
         target = None if device is None else _resolve_device(device)
-        if target == _ELSEWHERE:
-            return op.run(*args, **kwargs)
+        if target == _ELSEWHERE or (target is not None and target != _HOST and infra_mode_active()):
+            return op.run(*args, **kwargs)  # meta; or a tracing mode below: a fake tensor on the GPU, as on CUDA
         if target == _HOST and getattr(_state, "host", 0):
             return op.run(*args, **kwargs)
         pending = getattr(_state, "random_target", None) if op.random else None
@@ -244,13 +244,16 @@ class PlacementMode(TorchDispatchMode):
             # autograd's `grad.to(self.options())`: the result stays with the inputs. The program's
             # own host requests (.cpu(), device="cpu") are settled in tensors.py before reaching here.
             target = gpu_of(tensors_of(args, kwargs, unwrap=False))
-            if target is None and device is not None and func is not _ZERO_TENSOR \
-                    and next(tensors_of(args, kwargs, unwrap=False), None) is None:
+            if target is None and device is not None and next(tensors_of(args, kwargs, unwrap=False), None) is None:
                 target = _backward_node_gpu()
         else:
             kwargs = {**kwargs, "device": _CPU}
         if target is None:
             return op.run(*args, **kwargs)
+        if func is _ZERO_TENSOR:
+            # autograd's zero gradients (no memory on CUDA either) made as ordinary zeros on the GPU: a labelled
+            # efficient zero tensor crashed later arithmetic (a segfault in assert_close, "expand() ... found int")
+            return label(aten.zeros.default(*args, **kwargs), target)
         if op.blas is not None:  # the cuBLAS workspace its CUDA kernel would allocate on first use
             workspaces.charge(op.blas, target, args, kwargs)
         if op.random:
@@ -273,7 +276,7 @@ def _label_outputs(op: "_Op", out: Any, target: int) -> Any:
     return label(out, target)
 
 
-_ZERO_TENSOR = aten._efficientzerotensor.default  # no storage to carry a label: stays as torch made it
+_ZERO_TENSOR = aten._efficientzerotensor.default
 
 
 def _backward_node_gpu() -> int | None:

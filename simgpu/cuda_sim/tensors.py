@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from simgpu.cuda_sim import attention, devices, generators, legacy_types, placement
+from simgpu.cuda_sim import attention, devices, generators, half_fft, legacy_types, placement
 from simgpu.cuda_sim.errors import SimulationError
 from simgpu.cuda_sim.placement import suspended  # noqa: F401  (the simulator's plumbing imports it from here)
 
@@ -303,13 +303,14 @@ def _make_subclass(*args: Any, **kwargs: Any) -> torch.Tensor:  # (cls, data, ..
     # of torch.Tensor._make_subclass accepts a replacement whose signature is (*args, **kwargs) only
     """A subclass made over another tensor with a device for its dispatch keys (FakeTensor: a fake tensor
     on "cuda:i" is metadata over a meta tensor) is given the host in C++ and the simulated GPU as its
-    in Python (FakeTensor.fake_device; devices.device_of reads it): a CUDA device in C++ would make torch's
-    device guards ask the CUDA runtime (a CPU build of torch aborts the process, a CUDA build without a
-    GPU fails). The storage is not labelled: it is the meta tensor's, which stays on "meta"."""
+    in Python (FakeTensor.fake_device; devices.device_of reads it); C++ asks Python for the device and hears
+    the host (fake_tensors.py): a CUDA device in C++ would make torch's device guards ask the CUDA runtime
+    (a CPU build of torch aborts the process, a CUDA build without a GPU fails). The storage is not
+    labelled: it is the meta tensor's, which stays on "meta"."""
     device = kwargs.get("device_for_backend_keys")
     index = devices.resolve(device) if device is not None else None
-    if index is not None:  # and C++ asks the tensor itself, not Python, for its device
-        kwargs.update(device_for_backend_keys=torch.device("cpu"), dispatch_device=False)
+    if index is not None:  # C++ asks Python for its device, and hears the host (fake_tensors.py)
+        kwargs.update(device_for_backend_keys=torch.device("cpu"))
     return _original["_make_subclass"](*args, **kwargs)
 
 
@@ -327,6 +328,7 @@ _RANDOM = {torch.rand, torch.randn, torch.randint, torch.randperm, torch.normal,
 # metadata and storage swaps), or which report properties.
 _NO_DEVICE_RULE = {
     TensorBase.copy_, TensorBase.__setitem__, TensorBase.index_put_, TensorBase.__getitem__, TensorBase.set_,
+    TensorBase.index_put, torch.index_put, torch.index_put_,  # indices may be host tensors, as on CUDA
     TensorBase.data.__set__, torch._has_compatible_shallow_copy_type, torch.is_same_size, TensorBase.is_set_to,
     TensorBase.size, TensorBase.dim, TensorBase.shape.__get__,
     TensorBase.numel, TensorBase.stride, TensorBase.dtype.__get__, TensorBase.requires_grad.__get__,
@@ -348,6 +350,8 @@ class SimCudaMode(TorchFunctionMode):
             return _parse_to_for_module(args, kwargs)
         if kwargs.get("pin_memory"):  # torch.empty(..., pin_memory=True): pinned host memory, as Tensor.pin_memory()
             return _pinned(self.__torch_function__(func, types, args, {**kwargs, "pin_memory": False}))
+        if half_fft.applies(func, args, kwargs):  # cuFFT's half precision, which the host's FFT lacks
+            return half_fft.run(func, args, kwargs)
         if func is torch._C._nn.unflatten_dense_tensors:
             # views of the flat buffer, except empty tensors, which C++ makes afresh from host options
             out = func(*args, **kwargs)
@@ -367,10 +371,12 @@ class SimCudaMode(TorchFunctionMode):
             if len(tensors) > 1 and not placement.pairs_lists(getattr(func, "__name__", "")):
                 common_device(tensors)  # one tensor cannot mix devices
             return func(*args, **kwargs)
-        if target != _HOST and (not all(type(t) in _PLAIN for t in placement.tensors_of(args, kwargs))
-                                or placement.program_mode_active()):
+        if target != _HOST and (placement.infra_mode_active() or placement.program_mode_active()
+                                or not all(type(t) in _PLAIN for t in placement.tensors_of(args, kwargs))):
             # a tensor subclass (DTensor) hands the call to its inner tensors, and a dispatch mode of the
-            # program's (LocalTensorMode: one tensor per rank) makes its own: placement.py places them
+            # program's (LocalTensorMode: one tensor per rank) makes its own: placement.py places them; under
+            # FakeTensorMode or a tracer the result is a fake on the GPU, as on CUDA, and a traced graph keeps
+            # the GPU for its replay
             return func(*args, **{**kwargs, "device": _cuda_device(target)})
         kwargs = {**kwargs, "device": "cpu"}
         if target == _HOST:

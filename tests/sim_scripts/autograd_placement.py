@@ -46,6 +46,20 @@ for opt_cls, kwargs in [(torch.optim.Adam, {}), (torch.optim.AdamW, {"foreach": 
                 if torch.is_tensor(value) and value.dim() > 0:
                     assert value.device == p.device, (opt_cls, kwargs, value.device, p.device)
 
+# zero gradients autograd makes as efficient zero tensors (sgn's, normal's for mean and std, a max-pool
+# backward's gradient for its indices) own no memory; on CUDA they report the input's GPU
+for make in (lambda x: torch.sgn(x), lambda x: torch.normal(x, x.abs() + 1),
+             lambda x: torch.ops.aten.max_pool2d_with_indices_backward(
+                 torch.ones(1, 1, 1, 1, device=x.device), x.reshape(1, 1, 2, 2), [2, 2], [2, 2], [0, 0], [1, 1], False,
+                 torch.zeros(1, 1, 1, 1, dtype=torch.long, device=x.device))):
+    x = torch.randn(4, device="cuda:1", requires_grad=True)
+    g, = torch.autograd.grad(make(x).sum(), x)
+    assert g.device == torch.device("cuda:1") and g.is_cuda and g.get_device() == 1, g.device
+    assert (g + torch.ones(4, device="cuda:1")).device == torch.device("cuda:1") and (g + 1).is_cuda
+    torch.testing.assert_close(g.detach(), torch.zeros(4, device="cuda:1"))  # a labelled zero tensor crashed here
+    gg = torch.func.grad(lambda t: make(t).sum())(x.detach())
+    assert gg.device == torch.device("cuda:1"), gg.device
+
 # torch.Size stays torch.Size; integer devices mean CUDA devices
 t = torch.zeros(2, 3, device=1)
 assert type(t.size()) is torch.Size and type(t.shape) is torch.Size and t.get_device() == 1

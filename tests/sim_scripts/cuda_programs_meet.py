@@ -115,6 +115,12 @@ assert torch.vmap(lambda r: r + torch.ones(3, device=r.device))(x).device == tor
 assert torch.vmap(lambda r: r.to("cuda"))(x).device == torch.device("cuda:0")
 # split points given as a host tensor, as CUDA requires them
 assert torch.tensor_split(torch.arange(6.0, device="cuda"), torch.tensor([2]))[1].device == torch.device("cuda:0")
+# index_put (out of place, and under vmap) takes host indices, as CUDA does
+where = torch.tensor([0, 2])
+assert torch.zeros(5, device="cuda").index_put((where,), torch.ones(2, device="cuda")).tolist() == [1, 0, 1, 0, 0]
+assert torch.index_put(torch.zeros(5, device="cuda"), (where,), torch.ones(2, device="cuda")).is_cuda
+batched = torch.vmap(lambda r: r.index_put((where,), torch.ones(2, device="cuda")))(torch.zeros(3, 5, device="cuda"))
+assert batched.is_cuda and batched.sum().item() == 6
 # sparse tensors are not simulated: converting a GPU tensor is refused in one line, not made on the host
 try:
     torch.ones(2, 2, device="cuda").to_sparse()
@@ -127,4 +133,25 @@ with torch.cuda.stream(torch.cuda.Stream()), torch.inference_mode():
     before = torch.cuda.memory_allocated()
     torch.nn.Linear(8, 8, device="cuda")(torch.ones(2, 8, device="cuda"))
     assert torch.cuda.memory_allocated() - before >= 32 << 20, torch.cuda.memory_allocated() - before
+# a traced graph with a device argument runs: torch.fx writes `device(...)` and imports torch's device class
+# only where that class is torch.device, which simgpu replaces (every make_fx graph with a factory failed:
+# "NameError: name 'device' is not defined")
+from torch.fx.experimental.proxy_tensor import make_fx
+
+traced = make_fx(lambda t: t + torch.ones(2, device=t.device))(torch.zeros(2))
+assert "device(type='cpu')" in traced.code and traced(torch.ones(2)).tolist() == [2.0, 2.0]
+assert torch.device == type(torch.device("cpu")) and hash(torch.device) == hash(type(torch.device("cpu")))
+# factories inside FakeTensorMode with a GPU device make fakes on that GPU, as on CUDA, through autograd, with
+# no memory; a graph traced with a GPU factory keeps the GPU when it runs (flex attention's backward traces so)
+held = torch.cuda.memory_allocated(0)
+with FakeTensorMode():
+    made = torch.randn(4, 8, device="cuda", requires_grad=True)
+    layer = torch.nn.Linear(8, 3, device="cuda:1")
+    layer(made.to("cuda:1")).sum().backward()
+    assert made.device == torch.device("cuda:0") and made.is_cuda and made.grad.device == torch.device("cuda:0")
+    assert layer.weight.grad.device == torch.device("cuda:1") and torch.ones(2).device == torch.device("cpu")
+assert torch.cuda.memory_allocated(0) == held
+on_gpu = make_fx(lambda t: t + torch.ones(2, device=t.device))(torch.zeros(2, device="cuda:1"))
+assert "device(type='cuda', index=1)" in on_gpu.code, on_gpu.code
+assert on_gpu(torch.ones(2, device="cuda:1")).device == torch.device("cuda:1")
 print("OK cuda_programs_meet")

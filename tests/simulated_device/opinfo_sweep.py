@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import functools
 import gzip
+import inspect
 import itertools
 import json
 import sys
@@ -97,9 +98,18 @@ def float_dtype(dtype: torch.dtype) -> bool:
     return dtype.is_floating_point
 
 
-def drops_out(s: Any) -> bool:
-    """A sample that asks for dropout (attention's dropout_p): its values are a generator's."""
-    return float(s.kwargs.get("dropout_p") or 0.0) > 0.0
+def drops_out(op: Any, s: Any) -> bool:
+    """A sample that asks for dropout (attention's dropout_p, given by name or, for torch.nn.functional's
+    functions, by position), in training: its values are a generator's."""
+    arguments = dict(s.kwargs)
+    function = getattr(torch.nn.functional, op.name[len("nn.functional."):], None) \
+        if op.name.startswith("nn.functional.") else None
+    if function is not None:
+        try:
+            arguments = inspect.signature(function).bind(s.input, *s.args, **s.kwargs).arguments
+        except (TypeError, ValueError):  # a builtin without a signature, or the sample does not bind
+            pass
+    return float(arguments.get("dropout_p") or 0.0) > 0.0 and arguments.get("training", True) is not False
 
 
 def is_random(op: Any) -> bool:
@@ -253,6 +263,12 @@ def _host_device(value: Any) -> Any:
     return value
 
 
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """An efficient zero tensor (autograd's zero gradients on the host) as ordinary zeros: comparing one with
+    an ordinary tensor below the simulation's modes crashed the process (segfault)."""
+    return torch.zeros(t.shape, dtype=t.dtype) if t._is_zerotensor() else t
+
+
 def compare(sim: Any, host: Any, device: str | None, values: bool) -> str | None:
     """Why `sim` (outputs on the simulated GPU) is not `host` (the host's outputs for the same sample)."""
     from simgpu.cuda_sim.placement import suspended
@@ -269,15 +285,17 @@ def compare(sim: Any, host: Any, device: str | None, values: bool) -> str | None
         if values:
             with suspended():
                 try:
-                    torch.testing.assert_close(x.detach(), y.detach(), equal_nan=True, check_device=False,
-                                               check_layout=False, check_stride=False)
+                    torch.testing.assert_close(_dense(x.detach()), _dense(y.detach()), equal_nan=True,
+                                               check_device=False, check_layout=False, check_stride=False)
                 except AssertionError as exc:
                     return f"output {i} values: {str(exc).splitlines()[0:3]}"
     return None
 
 
-def outcome_problem(sim_exc: BaseException | None, host_exc: BaseException | None) -> tuple[str | None, str]:
-    """(problem, status) when one side raised."""
+def outcome_problem(sim_exc: BaseException | None, host_exc: BaseException | None,
+                    cuda_ok: bool = False) -> tuple[str | None, str]:
+    """(problem, status) when one side raised. Where the host refuses what CUDA runs (the record says so, or
+    torch has the op for CUDA only), the host is no reference and the CUDA record decides."""
     if sim_exc is None and host_exc is None:
         return None, "pass"
     if sim_exc is not None and host_exc is not None:
@@ -286,7 +304,7 @@ def outcome_problem(sim_exc: BaseException | None, host_exc: BaseException | Non
         return f"simulated {error_name(sim_exc)}: {sim_exc}; host {error_name(host_exc)}: {host_exc}", "fail"
     if sim_exc is not None:
         return f"simulated {error_name(sim_exc)}: {str(sim_exc)[:300]} (host ok)", "fail"
-    if _no_host_kernel(host_exc):  # an op torch has for CUDA only: the CUDA record is the reference
+    if cuda_ok or _no_host_kernel(host_exc):
         return None, "no_reference"
     return f"host {error_name(host_exc)}: {str(host_exc)[:300]} (simulated ok)", "fail"
 
@@ -314,7 +332,7 @@ def sweep(full: bool, shard: int, shards: int, only: set[str] | None, reference:
                 continue
             recorded = _as_recorded(op, dtype, full) if backward else None
             for index, s in enumerate(got):
-                check_sample(op, s, dtype, key_of(op, dtype, index), backward, random or drops_out(s), reference,
+                check_sample(op, s, dtype, key_of(op, dtype, index), backward, random or drops_out(op, s), reference,
                              report, None if recorded is None else functools.partial(_nth, recorded, index))
         report.seconds[f"{op.name}|{op.variant_test_name}"] = round(time.monotonic() - began, 2)
 
@@ -329,13 +347,29 @@ def _nth(made: Callable[[], list], index: int) -> Any:
     return made()[index]
 
 
+def expected_device(s: Any) -> str:
+    """Where the outputs of a sample made on the GPU belong, as CUDA gives them: the input's GPU, unless the
+    sample asks for the host by name (new_ones(..., device="cpu"), full_like, randint_like); a factory
+    sample without a tensor input makes its result where its device argument says (none: the host,
+    arange(2))."""
+    asked = s.kwargs.get("device")
+    if asked is not None and torch.device(asked).type == "cpu":
+        return "cpu"
+    given = next(iter(tensors(s.input)), None)  # the input, or the first of a list of them (stack, meshgrid)
+    if given is not None:
+        return str(given.device)
+    return "cpu" if asked is None else f"cuda:{torch.device(asked).index or 0}"
+
+
 def check_sample(op: Any, s: Any, dtype: torch.dtype, key: str, backward: bool, random: bool, reference: dict,
                  report: Report, as_recorded: Callable[[], Any] | None = None) -> None:
     h = host_copy(s)
-    device = str(s.input.device) if isinstance(s.input, torch.Tensor) else "cuda:0"
+    device = expected_device(s)
     sim_out, sim_exc = attempt(lambda: call(op, s))
     host_out, host_exc = attempt(lambda: call(op, h))
-    problem, status = outcome_problem(sim_exc, host_exc)
+    entry = reference.get(key)
+    cuda_ok = entry is not None and entry.get("s") == signature(s) and entry.get("o") == "ok"
+    problem, status = outcome_problem(sim_exc, host_exc, cuda_ok)
     if problem is None and status == "pass":
         problem = compare(sim_out, host_out, device, values=False)
         if problem is None and not random:
@@ -346,9 +380,9 @@ def check_sample(op: Any, s: Any, dtype: torch.dtype, key: str, backward: bool, 
         check_backward(op, s, h, key, sim_out, host_out, random, report)
     if isinstance(s.input, torch.Tensor) and not random:
         if op.check_batched_grad:
-            check_transform(op, s, h, key, "vmap", _vmapped, report)
+            check_transform(op, s, h, key, "vmap", _vmapped, report, cuda_ok)
         if backward and dtype.is_floating_point:
-            check_transform(op, s, h, key, "grad", _grad_of_sum, report)
+            check_transform(op, s, h, key, "grad", _grad_of_sum, report, cuda_ok)
     if dtype.is_floating_point:
         check_autocast(op, s, key, reference, report)
 
@@ -418,10 +452,11 @@ def _with_input(s: Any, x: torch.Tensor) -> Any:
     return SampleInput(x, args=args, kwargs=s.kwargs)
 
 
-def check_transform(op: Any, s: Any, h: Any, key: str, check: str, transform: Callable, report: Report) -> None:
+def check_transform(op: Any, s: Any, h: Any, key: str, check: str, transform: Callable, report: Report,
+                    cuda_ok: bool = False) -> None:
     sim_out, sim_exc = attempt(lambda: transform(op, s))
     host_out, host_exc = attempt(lambda: transform(op, h))
-    problem, status = outcome_problem(sim_exc, host_exc)
+    problem, status = outcome_problem(sim_exc, host_exc, cuda_ok)
     if problem is None and status == "pass":
         problem = compare(sim_out, host_out, str(s.input.device), values=True)
     report.add(op, key, check, problem, status)
