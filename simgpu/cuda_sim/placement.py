@@ -331,12 +331,20 @@ class _Op:
         self.blas = packet if packet in workspaces.CUBLAS_OPS else None
         self.host_outputs = getattr(self.run, "host_outputs", ())  # a stand-in's outputs CUDA keeps on the host
         # torch decomposes these in C++ above this mode, except where autograd's keys are off (inference_mode)
-        self.composite = packet not in STAND_INS and func.namespace == "aten" and func.has_kernel_for_dispatch_key(
-            _COMPOSITE_KEY)  # (prim::device, a TorchScript op, is no registered operator: asking it raises)
+        self.composite = packet not in STAND_INS and _has_composite_kernel(func)
 
 
 _OPS: dict[Any, _Op] = {}
 _COMPOSITE_KEY = torch._C.DispatchKey.CompositeImplicitAutograd
+
+
+def _has_composite_kernel(func: Any) -> bool:
+    """Whether the C++ dispatcher has a CompositeImplicitAutograd kernel for `func`. Overloads that exist only
+    in Python (aten::sym_stride, TorchScript's prim::device) are no registered operator: asking raises."""
+    try:
+        return func.has_kernel_for_dispatch_key(_COMPOSITE_KEY)
+    except RuntimeError:
+        return False
 
 
 _HOP_KEYS = [getattr(torch._C.DispatchKey, name) for name in ("CUDA", "CompositeExplicitAutograd", "CPU", "BackendSelect")]
