@@ -70,22 +70,24 @@ ALIASES = {"active": "allocation", "active_bytes": "allocated_bytes"}  # no bloc
 UNMODELLED = ("inactive_split", "inactive_split_bytes")  # split blocks' free tails: no fragmentation model
 
 
-@dataclass
 class Stat:
-    """c10's Stat: a current value, its peak, and the running sums of what was added and taken away."""
+    """c10's Stat: a current value, its peak, and the running sums of what was added and taken away.
+    (A plain class with slots: the allocator updates six of these per allocation, on every op's path.)"""
 
-    current: int = 0
-    peak: int = 0
-    allocated: int = 0
-    freed: int = 0
+    __slots__ = ("current", "peak", "allocated", "freed")
 
-    def add(self, amount: int) -> None:
-        if amount >= 0:
-            self.allocated += amount
-        else:
-            self.freed -= amount
+    def __init__(self) -> None:
+        self.current = self.peak = self.allocated = self.freed = 0
+
+    def grow(self, amount: int) -> None:
+        self.allocated += amount
         self.current += amount
-        self.peak = max(self.peak, self.current)
+        if self.current > self.peak:
+            self.peak = self.current
+
+    def shrink(self, amount: int) -> None:
+        self.freed += amount
+        self.current -= amount
 
 
 def _stats_row() -> list[Stat]:
@@ -112,6 +114,9 @@ class DeviceMemory:
     ooms: int = 0
     stream_syncs: int = 0  # releasing cached blocks synchronizes every stream first
 
+    def __post_init__(self) -> None:
+        self._rows = (self._block_rows(0), self._block_rows(1))  # the Stats a block of each pool updates
+
     @property
     def limit(self) -> int:
         return int(self.capacity * self.fraction)
@@ -132,8 +137,16 @@ class DeviceMemory:
 
     def _count(self, name: str, pool: int, amount: int) -> None:
         row = self.stat[name]
-        row[0].add(amount)
-        row[1 + pool].add(amount)
+        for one in (row[0], row[1 + pool]):
+            if amount >= 0:
+                one.grow(amount)
+            else:
+                one.shrink(-amount)
+
+    def _block_rows(self, pool: int) -> tuple[Stat, ...]:
+        """allocation, allocated_bytes and requested_bytes: all, then the pool's (each block's six updates)."""
+        return tuple(self.stat[name][column] for name in ("allocation", "allocated_bytes", "requested_bytes")
+                     for column in (0, 1 + pool))
 
     def allocate(self, nbytes: int, stream: int = 0) -> int:
         """Charge a request of nbytes on a stream; the block size to give back on free (OutOfMemoryError if
@@ -157,18 +170,26 @@ class DeviceMemory:
             if key[0] == 1 and grow - block <= SMALL_SIZE:
                 block = grow  # a large-pool block is split only when more than 1 MiB would remain
         self.allocated[key] = self.allocated.get(key, 0) + block
-        self._count("allocation", key[0], 1)
-        self._count("allocated_bytes", key[0], block)
-        self._count("requested_bytes", key[0], nbytes)
+        count, count_pool, size, size_pool, asked, asked_pool = self._rows[key[0]]
+        count.grow(1)
+        count_pool.grow(1)
+        size.grow(block)
+        size_pool.grow(block)
+        asked.grow(nbytes)
+        asked_pool.grow(nbytes)
         return block
 
     def free(self, block: int, nbytes: int, stream: int = 0) -> None:
         if block:
             pool = _pool(block)
             self.allocated[(pool, stream)] -= block
-            self._count("allocation", pool, -1)
-            self._count("allocated_bytes", pool, -block)
-            self._count("requested_bytes", pool, -nbytes)
+            count, count_pool, size, size_pool, asked, asked_pool = self._rows[pool]
+            count.shrink(1)
+            count_pool.shrink(1)
+            size.shrink(block)
+            size_pool.shrink(block)
+            asked.shrink(nbytes)
+            asked_pool.shrink(nbytes)
 
     def empty_cache(self) -> None:
         """Give back the segments no block uses. Which segments hold the blocks in use is not modelled: the
