@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from simgpu.pool import descendants
+
 HERE = Path(__file__).resolve().parent
 PROGRAM = HERE / "programs" / "rank_costs.py"
 
@@ -38,24 +40,6 @@ def _memory(pid: int) -> tuple[float, float]:
     except OSError:
         return 0.0, 0.0
     return (fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)) / 1024, fields.get("Pss", 0) / 1024
-
-
-def _tree(pid: int) -> list[int]:
-    out, todo = [pid], [pid]
-    while todo:
-        parent = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                kids = [int(x) for x in Path(f"/proc/{parent}/task/{task}/children").read_text().split()]
-            except OSError:
-                continue
-            out += kids
-            todo += kids
-    return out
 
 
 def run_once(mode: str, ranks: int, args: argparse.Namespace) -> dict:
@@ -77,7 +61,7 @@ def run_once(mode: str, ranks: int, args: argparse.Namespace) -> dict:
         if line.startswith("{"):
             rows.append(json.loads(line))
         elif line.strip() == "HOLD":
-            pids = _tree(proc.pid)
+            pids = [proc.pid, *descendants(proc.pid)]
             mems = [_memory(p) for p in pids]
             whole = {"processes": len(pids), "uss_mb": sum(m[0] for m in mems), "pss_mb": sum(m[1] for m in mems)}
     _, err = proc.communicate(timeout=args.timeout)
