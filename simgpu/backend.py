@@ -297,7 +297,38 @@ def _collective(op: str) -> Callable:
 
 
 # ----------------------------------------------------------------------------- process group
-class SimProcessGroup(dist.ProcessGroup):
+class PythonGroupNames:
+    """The name and description of a process group written in Python.
+
+    torch keeps a group's name on its registered C++ backends and asks for it by the methods below
+    (functional collectives and the C++ registry look groups up by name); a ProcessGroup subclass in
+    Python has none of its own, so it keeps them here. Put it before dist.ProcessGroup in the bases."""
+
+    def _set_group_name(self, name: str) -> None:
+        self._python_group_name = name
+
+    def _set_group_desc(self, desc: str) -> None:
+        self._python_group_desc = desc
+
+    @property
+    def group_name(self) -> str:
+        return getattr(self, "_python_group_name", "")
+
+    @property
+    def group_desc(self) -> str:
+        return getattr(self, "_python_group_desc", "")
+
+    setGroupName = _set_group_name  # noqa: N815 - the names torch's C++ calls back
+    setGroupDesc = _set_group_desc  # noqa: N815
+
+    def getGroupName(self) -> str:  # noqa: N802
+        return self.group_name
+
+    def getGroupDesc(self) -> str:  # noqa: N802
+        return self.group_desc
+
+
+class SimProcessGroup(PythonGroupNames, dist.ProcessGroup):
     """A process group that behaves like ProcessGroupNCCL on CPU ranks (see the module docstring)."""
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta,
@@ -342,31 +373,6 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND_NAME
-
-    # torch keeps a group's name on its registered backends; this group has none, so it keeps its own
-    # (functional collectives and the C++ registry look groups up by name).
-    def _set_group_name(self, name: str) -> None:
-        self._sim_group_name = name
-
-    def _set_group_desc(self, desc: str) -> None:
-        self._sim_group_desc = desc
-
-    @property
-    def group_name(self) -> str:
-        return getattr(self, "_sim_group_name", "")
-
-    @property
-    def group_desc(self) -> str:
-        return getattr(self, "_sim_group_desc", "")
-
-    setGroupName = _set_group_name  # noqa: N815 - the names torch's C++ calls back
-    setGroupDesc = _set_group_desc  # noqa: N815
-
-    def getGroupName(self) -> str:  # noqa: N802
-        return self.group_name
-
-    def getGroupDesc(self) -> str:  # noqa: N802
-        return self.group_desc
 
     def __repr__(self) -> str:
         return f"SimProcessGroup(rank={self.rank()}, size={self.size()})"

@@ -19,6 +19,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from simgpu.backend import PythonGroupNames
+
 Tensor = torch.Tensor
 # the ProcessGroup methods torch.distributed's Python layer calls, handed to gloo unchanged
 DELEGATED = ("allreduce", "allreduce_coalesced", "reduce", "broadcast", "allgather", "_allgather_base",
@@ -30,7 +32,7 @@ RENAMED = {"all_gather_single": "_allgather_base", "reduce_scatter_single": "_re
            "all_to_all_single": "alltoall_base"}
 
 
-class GlooPassThrough(dist.ProcessGroup):
+class GlooPassThrough(PythonGroupNames, dist.ProcessGroup):
     """A Python process group that hands every call to ProcessGroupGloo (loopback only)."""
 
     name = "passgloo"
@@ -48,30 +50,6 @@ class GlooPassThrough(dist.ProcessGroup):
 
     def _get_backend(self, device: Any) -> Any:
         return self.gloo
-
-    # torch keeps a group's name on its registered backends; this group keeps its own
-    def _set_group_name(self, name: str) -> None:
-        self._wrapper_group_name = name
-
-    def _set_group_desc(self, desc: str) -> None:
-        self._wrapper_group_desc = desc
-
-    @property
-    def group_name(self) -> str:
-        return getattr(self, "_wrapper_group_name", "")
-
-    @property
-    def group_desc(self) -> str:
-        return getattr(self, "_wrapper_group_desc", "")
-
-    setGroupName = _set_group_name  # noqa: N815 - the names torch's C++ calls back
-    setGroupDesc = _set_group_desc  # noqa: N815
-
-    def getGroupName(self) -> str:  # noqa: N802
-        return self.group_name
-
-    def getGroupDesc(self) -> str:  # noqa: N802
-        return self.group_desc
 
 
 def _delegate(method: str, target: str) -> Callable[..., Any]:

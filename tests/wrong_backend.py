@@ -15,6 +15,8 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import AllreduceOptions, BarrierOptions, BroadcastOptions
 
+from simgpu.backend import PythonGroupNames
+
 BACKEND_NAME = "wrongsum"
 
 
@@ -43,7 +45,7 @@ class DoneWork(dist.Work):
         return fut
 
 
-class WrongSumProcessGroup(dist.ProcessGroup):
+class WrongSumProcessGroup(PythonGroupNames, dist.ProcessGroup):
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta):
         super().__init__(rank, size)
         opts = dist.ProcessGroupGloo._Options()
@@ -53,30 +55,6 @@ class WrongSumProcessGroup(dist.ProcessGroup):
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND_NAME
-
-    # torch stores a group's name on its backends; this Python group keeps its own.
-    def _set_group_name(self, name: str) -> None:
-        self._wrong_group_name = name
-
-    def _set_group_desc(self, desc: str) -> None:
-        self._wrong_group_desc = desc
-
-    @property
-    def group_name(self) -> str:
-        return getattr(self, "_wrong_group_name", "")
-
-    @property
-    def group_desc(self) -> str:
-        return getattr(self, "_wrong_group_desc", "")
-
-    setGroupName = _set_group_name  # noqa: N815
-    setGroupDesc = _set_group_desc  # noqa: N815
-
-    def getGroupName(self) -> str:  # noqa: N802
-        return self.group_name
-
-    def getGroupDesc(self) -> str:  # noqa: N802
-        return self.group_desc
 
     def allreduce(self, tensors: list[torch.Tensor], opts: AllreduceOptions = AllreduceOptions()) -> dist.Work:
         self._gloo.allreduce(tensors, opts).wait()
