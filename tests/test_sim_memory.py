@@ -93,6 +93,15 @@ def test_memory_gb_is_enforced_under_simgpu_run() -> None:
     assert done.returncode == 0 and "OK memory_limits" in done.stdout, done.stdout + done.stderr
 
 
+def test_memory_history_and_snapshots_read_as_cudas_under_simgpu_run() -> None:
+    """_record_memory_history / _snapshot / _dump_snapshot / memory_snapshot (tests/sim_scripts/memory_history.py):
+    traces per GPU with the allocating line, segments that add up to the allocator's figures, torch's viewers."""
+    done = subprocess.run([sys.executable, "-m", "simgpu", "run", "--gpus", "2", "--memory-gb", "1",
+                           str(ROOT / "tests" / "sim_scripts" / "memory_history.py")], cwd=ROOT, env=child_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "OK memory_history" in done.stdout, done.stdout + done.stderr
+
+
 def test_memory_stats_keep_cudas_counters_per_pool() -> None:
     gpu = memory.DeviceMemory(0, 80 << 30)
     small = gpu.allocate(4000)

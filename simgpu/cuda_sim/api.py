@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 import torch
 
-from simgpu.cuda_sim import attention, devices, generators, gpu_model, legacy_types
+from simgpu.cuda_sim import attention, devices, generators, gpu_model, legacy_types, memory_history
 from simgpu.cuda_sim.devices import SimulationError
 
 CAPABILITY = gpu_model.CAPABILITY
@@ -505,7 +505,7 @@ TORCH_CUDA = {
     "get_per_process_memory_fraction": lambda device=None: devices.memory_of(_index(device)).fraction,
     "get_sync_debug_mode": lambda: _sync_debug_mode[0], "set_sync_debug_mode": lambda mode: _set_sync_debug_mode(mode),
     "get_allocator_backend": lambda: "native", "caching_allocator_enable": lambda value=True: None,
-    "caching_allocator_disabled": contextlib.nullcontext, "memory_snapshot": lambda *args, **kwargs: [],
+    "caching_allocator_disabled": contextlib.nullcontext, **memory_history.TORCH_CUDA_MEMORY,
     "memory_stats_as_nested_dict": lambda device=None: _nested(memory_stats(device)),
     "list_gpu_processes": lambda device=None: f"GPU:{_index(device)}\nno processes are running",
     "utilization": _idle_percent, "memory_usage": _idle_percent,

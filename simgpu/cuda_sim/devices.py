@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from simgpu.cuda_sim import memory as memory_model
+from simgpu.cuda_sim import memory_history
 from simgpu.cuda_sim.errors import GPUS_ENV, SimulationError
 
 LABEL = "_simgpu_device"
@@ -277,14 +278,42 @@ class _Allocation:
         self.block = 0
 
 
+class _RecordedAllocation(_Allocation):
+    """An allocation made while torch.cuda.memory._record_memory_history records: its free is traced too."""
+
+    __slots__ = ("addr",)
+
+    def __init__(self, index: int, block: int, nbytes: int, stream: int, addr: int):
+        super().__init__(index, block, nbytes, stream)
+        self.addr = addr
+
+    def release(self) -> None:
+        recorder = memory_history.recorder
+        if self.block and recorder is not None:
+            recorder.free(self.index, self.addr, self.block, self.stream)
+        super().release()
+
+
 def account(storage: Any, index: int) -> None:
     """Charge a storage now living on simulated GPU `index` what the CUDA caching allocator would, until
     it is freed (torch.cuda.OutOfMemoryError when the GPU cannot hold it; simgpu.cuda_sim.memory)."""
     t = table()
     nbytes = storage.nbytes()
     stream = stream_key(index)
-    block = t.memory[index].allocate(nbytes, stream)
-    storage._simgpu_allocation = _Allocation(index, block, nbytes, stream)
+    recorder = memory_history.recorder
+    try:
+        block = t.memory[index].allocate(nbytes, stream)
+    except torch.cuda.OutOfMemoryError:
+        if recorder is not None:
+            memory = t.memory[index]
+            recorder.oom(index, nbytes, stream, max(memory.limit - memory.total_reserved(), 0))
+        raise
+    if recorder is not None and block:
+        addr = storage.data_ptr()
+        storage._simgpu_allocation = _RecordedAllocation(index, block, nbytes, stream, addr)
+        recorder.alloc(index, addr, block, nbytes, stream)
+    else:
+        storage._simgpu_allocation = _Allocation(index, block, nbytes, stream)
     t.host.grew(block)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from simgpu.cuda_sim import devices
+from simgpu.cuda_sim import devices, memory_history
 
 aten = torch.ops.aten
 _KIB = 1024
@@ -102,4 +102,7 @@ def charge(packet: object, index: int, args: tuple, kwargs: dict) -> None:
         for kind, nbytes in wanted:
             key = (kind, handle, index, stream)
             if key not in _held:
-                _held[key] = devices.memory_of(index).allocate(nbytes, stream)
+                _held[key] = block = devices.memory_of(index).allocate(nbytes, stream)
+                recorder = memory_history.recorder
+                if recorder is not None:  # kept for good: an allocation with no free, as on CUDA
+                    recorder.alloc(index, id(key), block, nbytes, stream)
