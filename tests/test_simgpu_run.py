@@ -64,6 +64,14 @@ def test_cuda_semantics(script: str, gpus: int) -> None:
     assert f"OK {script[:-3]}" in done.stdout
 
 
+def test_the_profiler_records_host_activity_and_says_once_that_gpu_activity_is_left_out() -> None:
+    """ProfilerActivity.CUDA made torch's C++ print a failed CUDA event with its stack trace per op."""
+    done = simgpu_run(1, str(SCRIPTS / "profiler_host_only.py"))
+    assert done.returncode == 0 and "OK profiler_host_only" in done.stdout, done.stdout + done.stderr
+    assert done.stderr.count("simgpu: the profiler records host activity only") == 1, done.stderr
+    assert "Failed to record CUDA event" not in done.stderr, done.stderr[-2000:]
+
+
 def test_ddp_features_under_torchrun() -> None:
     torchrun = str(Path(sys.executable).parent / "torchrun")
     done = simgpu_run(2, torchrun, "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "ddp_features.py"))

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 import torch
 
-from simgpu.cuda_sim import attention, devices, generators, gpu_model, legacy_types, memory_history
+from simgpu.cuda_sim import attention, devices, generators, gpu_model, legacy_types, memory_history, profiling
 from simgpu.cuda_sim.devices import SimulationError
 
 CAPABILITY = gpu_model.CAPABILITY
@@ -645,3 +645,4 @@ def install() -> None:
     torch.device = device_constructor  # type: ignore[misc]
     torch.Stream = Stream  # torch.Stream(i) is how parallel code asks for a stream on device i
     torch.Event = Event
+    profiling.install()  # torch.profiler: host activity, GPU activity left out with one line
