@@ -198,7 +198,7 @@ def environment(device: torch.device) -> dict:
         props = torch.cuda.get_device_properties(device)
         env.update(gpu=props.name, total_memory=props.total_memory, sm_count=props.multi_processor_count,
                    cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
-                   nccl=".".join(map(str, torch.cuda.nccl.version())))
+                   nccl=str(torch.cuda.nccl.version()))
     return env
 
 

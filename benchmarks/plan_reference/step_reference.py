@@ -304,7 +304,7 @@ def main() -> None:
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         environment.update(gpu=props.name, total_memory=props.total_memory, cuda=torch.version.cuda,
-                           nccl=".".join(map(str, torch.cuda.nccl.version())),
+                           nccl=str(torch.cuda.nccl.version()),
                            env={k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "TORCH_", "PYTORCH_"))})
     for size in args.size:
         c = SIZES[size]
