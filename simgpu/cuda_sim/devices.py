@@ -290,7 +290,7 @@ class _RecordedAllocation(_Allocation):
     def release(self) -> None:
         recorder = memory_history.recorder
         if self.block and recorder is not None:
-            recorder.free(self.index, self.addr, self.block, self.stream)
+            recorder.free(self.index, self.addr, self.nbytes, self.stream)
         super().release()
 
 
@@ -301,19 +301,15 @@ def account(storage: Any, index: int) -> None:
     nbytes = storage.nbytes()
     stream = stream_key(index)
     recorder = memory_history.recorder
-    try:
+    if recorder is None:
         block = t.memory[index].allocate(nbytes, stream)
-    except torch.cuda.OutOfMemoryError:
-        if recorder is not None:
-            memory = t.memory[index]
-            recorder.oom(index, nbytes, stream, max(memory.limit - memory.total_reserved(), 0))
-        raise
-    if recorder is not None and block:
+        storage._simgpu_allocation = _Allocation(index, block, nbytes, stream)
+    else:  # torch.cuda.memory._record_memory_history is on
+        block = recorder.allocate(t.memory[index], nbytes, stream)
         addr = storage.data_ptr()
         storage._simgpu_allocation = _RecordedAllocation(index, block, nbytes, stream, addr)
-        recorder.alloc(index, addr, block, nbytes, stream)
-    else:
-        storage._simgpu_allocation = _Allocation(index, block, nbytes, stream)
+        if block:
+            recorder.alloc(index, addr, block, nbytes, stream)
     t.host.grew(block)
 
 

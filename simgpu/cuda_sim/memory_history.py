@@ -6,15 +6,15 @@ the pickle in memory_viz or with `torch.cuda._memory_viz`. On CUDA these read th
 C++ state; here they read the allocator model (memory.py), with CUDA's field names:
 
 - While recording, every block the model charges or frees is a trace entry (`alloc`, `free_requested`,
-  `free_completed`, and `oom` with `device_free`), with the block's size, its stream, the time, and the
-  program's Python stack (simgpu's own frames left out). A block's address is its storage's host
+  `free_completed`, `segment_alloc` when it takes a new segment, and `oom` with `device_free`), with the
+  size asked for, its stream, the time, and the program's Python stack (what python_frames leaves out). A block's address is its storage's host
   address: unique while the block lives, as a GPU address is.
 - A snapshot's segments are the model's segments (their sizes, pools and streams). The model keeps the
   bytes in use per pool and stream, not block lists, so which segment holds which block is laid out
   here: the recorded live blocks (with their stacks) first-fit into the segments of their pool and
   stream, then the bytes in use that no recorded block accounts for (all of them when nothing was
   recorded) fill the space left, one block per segment. The rest of a segment is one inactive block. Segment and block addresses are made up but unique.
-- Not modelled: `segment_alloc` / `segment_free` entries, `active_awaiting_free` (record_stream),
+- Not modelled: `segment_free` entries (empty_cache), `active_awaiting_free` (record_stream), segment addresses in trace entries,
   C++ frames (`stacks="all"` records the Python ones), compile context and annotations.
 """
 from __future__ import annotations
@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from simgpu.cuda_sim import memory as memory_model
 
 _SIMGPU_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,13 +39,26 @@ _DEVICE_SPAN = 1 << 40
 
 
 def python_frames(skip: int = 2) -> list[dict[str, Any]]:
-    """The program's Python stack, innermost first, as CUDA's snapshots give it (simgpu's frames left out)."""
+    """The program's Python stack, innermost first, as CUDA's snapshots give it.
+
+    Left out, since a GPU run has none of them: simgpu's own frames; the doubled frame of a torch
+    function that simgpu's function mode re-enters (torch's `handle_torch_function` and its caller's
+    line); and, for an allocation made while autograd runs a backward node, every frame from the
+    program's `backward()` call outwards (CUDA runs backward nodes on its own device thread)."""
     frames: list[dict[str, Any]] = []
     frame = sys._getframe(skip)
+    drop_next = False
     while frame is not None and len(frames) < _MAX_FRAMES:
-        filename = frame.f_code.co_filename
-        if not filename.startswith(_SIMGPU_DIR):
-            frames.append({"filename": filename, "line": frame.f_lineno, "name": frame.f_code.co_name})
+        code = frame.f_code
+        filename = code.co_filename
+        if code.co_name == "_engine_run_backward" or (code.co_name == "run_backward" and filename.endswith("graph.py")):
+            break
+        if code.co_name == "handle_torch_function" and filename.endswith("overrides.py"):
+            drop_next = True
+        elif drop_next:
+            drop_next = False
+        elif not filename.startswith(_SIMGPU_DIR):
+            frames.append({"filename": filename, "line": frame.f_lineno, "name": code.co_name})
         frame = frame.f_back
     return frames
 
@@ -75,33 +90,45 @@ class Recorder:
                 entries = self.entries[index] = collections.deque(maxlen=self.max_entries)
             entries.append(entry)
 
+    def allocate(self, memory: memory_model.DeviceMemory, nbytes: int, stream: int) -> int:
+        """memory.allocate, with the segment it adds (`segment_alloc`) or its OOM (`oom`) traced."""
+        reserved = memory.total_reserved()
+        try:
+            block = memory.allocate(nbytes, stream)
+        except torch.cuda.OutOfMemoryError:
+            self.oom(memory.index, nbytes, stream, max(memory.limit - memory.total_reserved(), 0))
+            raise
+        grown = memory.total_reserved() - reserved
+        if grown > 0:
+            with self.lock:
+                self._entry(memory.index, _trace_entry("segment_alloc", 0, grown, stream, python_frames(3)))
+        return block
+
     def alloc(self, index: int, addr: int, block: int, nbytes: int, stream: int) -> None:
         frames = python_frames(3) if self.alloc_stacks else []
         with self.lock:
             self.live.setdefault(index, {})[addr] = _LiveBlock(block, nbytes, stream, frames)
-            self._entry(index, {"action": "alloc", "addr": addr, "size": block, "stream": stream,
-                                "frames": frames, "time_us": _now_us()})
+            self._entry(index, _trace_entry("alloc", addr, nbytes, stream, frames))
 
-    def free(self, index: int, addr: int, block: int, stream: int) -> None:
+    def free(self, index: int, addr: int, nbytes: int, stream: int) -> None:
         frames = python_frames(3) if self.free_stacks else []
         with self.lock:
             self.live.get(index, {}).pop(addr, None)
-            now = _now_us()
             for action in ("free_requested", "free_completed"):  # no stream keeps it: freed at once
-                self._entry(index, {"action": action, "addr": addr, "size": block, "stream": stream,
-                                    "frames": frames, "time_us": now})
+                self._entry(index, _trace_entry(action, addr, nbytes, stream, frames))
 
     def oom(self, index: int, nbytes: int, stream: int, device_free: int) -> None:
         with self.lock:
-            self._entry(index, {"action": "oom", "addr": 0, "size": nbytes, "stream": stream,
-                                "device_free": device_free, "frames": python_frames(3), "time_us": _now_us()})
+            self._entry(index, {**_trace_entry("oom", 0, nbytes, stream, python_frames(3)), "device_free": device_free})
 
 
 recorder: Recorder | None = None  # set while recording; devices.py looks at it on every allocation
 
 
-def _now_us() -> int:
-    return time.time_ns() // 1000
+def _trace_entry(action: str, addr: int, nbytes: int, stream: int, frames: list[dict[str, Any]]) -> dict[str, Any]:
+    """One entry of a device's trace, with CUDA's fields; its size is the size asked for (not the block's)."""
+    return {"action": action, "addr": addr, "size": nbytes, "stream": stream, "frames": frames,
+            "time_us": time.time_ns() // 1000, "compile_context": "", "user_metadata": ""}
 
 
 def record_memory_history(enabled: Any = "all", context: Any = "all", stacks: str = "all",

@@ -254,8 +254,6 @@ class PlacementMode(TorchDispatchMode):
             # autograd's zero gradients (no memory on CUDA either) made as ordinary zeros on the GPU: a labelled
             # efficient zero tensor crashed later arithmetic (a segfault in assert_close, "expand() ... found int")
             return label(aten.zeros.default(*args, **kwargs), target)
-        if op.blas is not None:  # the cuBLAS workspace its CUDA kernel would allocate on first use
-            workspaces.charge(op.blas, target, args, kwargs)
         if op.random:
             drawn = random_ops.run(func, args, kwargs, target)
             if drawn is not NotImplemented:
@@ -265,8 +263,12 @@ class PlacementMode(TorchDispatchMode):
                 return label(stream.run(lambda g: op.run(*args, **{**kwargs, "generator": g})), target)
         if autocast.enabled_here():  # CUDA autocast: the ops inside this op's kernel are cast, as on CUDA
             with autocast.inner_ops_cast():
-                return _label_outputs(op, op.run(*args, **kwargs), target)
-        return _label_outputs(op, op.run(*args, **kwargs), target)
+                out = _label_outputs(op, op.run(*args, **kwargs), target)
+        else:
+            out = _label_outputs(op, op.run(*args, **kwargs), target)
+        if op.blas is not None:  # the cuBLAS workspaces its CUDA kernel takes on first use, after its outputs
+            workspaces.charge(op.blas, target, args, kwargs)
+        return out
 
 
 def _label_outputs(op: "_Op", out: Any, target: int) -> Any:

@@ -102,7 +102,9 @@ def charge(packet: object, index: int, args: tuple, kwargs: dict) -> None:
         for kind, nbytes in wanted:
             key = (kind, handle, index, stream)
             if key not in _held:
-                _held[key] = block = devices.memory_of(index).allocate(nbytes, stream)
                 recorder = memory_history.recorder
-                if recorder is not None:  # kept for good: an allocation with no free, as on CUDA
+                if recorder is None:
+                    _held[key] = devices.memory_of(index).allocate(nbytes, stream)
+                else:  # traced, and kept for good: an allocation with no free, as on CUDA
+                    _held[key] = block = recorder.allocate(devices.memory_of(index), nbytes, stream)
                     recorder.alloc(index, id(key), block, nbytes, stream)
