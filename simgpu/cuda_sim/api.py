@@ -50,6 +50,9 @@ def current_device() -> int:
 
 
 def set_device(device: Any) -> None:
+    if isinstance(device, (str, torch.device)) and _TorchDevice(device).type == "cuda" and _TorchDevice(device).index is None:
+        # torch.cuda.set_device("cuda") names no GPU: CUDA's torch refuses it (torch._utils._get_device_index)
+        raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{_TorchDevice(device)}")
     index = devices.resolve(device) if device is not None else None
     if isinstance(device, int) and device < 0:  # torch.cuda.set_device(-1) is a no-op
         return

@@ -89,4 +89,16 @@ assert fast.device == q.device and torch.allclose(fast, math, atol=1e-5)
 getter = torch.Tensor.grad.__get__
 assert getter.__self__.__objclass__ is torch._C.TensorBase and getter.__self__.__name__ == "grad"
 import torch._dynamo  # noqa: E402,F401
+
+# set_device needs an index, as CUDA's torch says (a device without one passed under simulation only)
+for no_index in ("cuda", torch.device("cuda")):
+    try:
+        torch.cuda.set_device(no_index)
+    except ValueError as exc:
+        assert str(exc) == "Expected a torch.device with a specified index or an integer, but got:cuda", exc
+    else:
+        raise AssertionError(f"set_device({no_index!r}) was taken")
+torch.cuda.set_device("cuda:1")
+assert torch.cuda.current_device() == 1
+torch.cuda.set_device(torch.device("cuda", 0))
 print("OK cuda_api")
