@@ -261,36 +261,32 @@ def adopt(t: torch.Tensor, index: int) -> torch.Tensor:
 
 
 class _Allocation:
-    """Held by a storage on a simulated GPU: charges its block there until the storage is freed
-    (cheaper than a weakref.finalize, and every op's result makes one)."""
+    """Held by a storage on a simulated GPU: holds its block of the allocator model until the storage is
+    freed (cheaper than a weakref.finalize, and every op's result makes one)."""
 
     __slots__ = ("index", "block", "nbytes", "stream")
 
-    def __init__(self, index: int, block: int, nbytes: int, stream: int):
+    def __init__(self, index: int, block: memory_model.Block | None, nbytes: int, stream: int):
         self.index, self.block, self.nbytes, self.stream = index, block, nbytes, stream
 
     def __del__(self) -> None:
         self.release()
 
     def release(self) -> None:
-        if self.block and _table is not None and self.index < len(_table.memory):
+        if self.block is not None and _table is not None and self.index < len(_table.memory):
             _table.memory[self.index].free(self.block, self.nbytes, self.stream)
-        self.block = 0
+        self.block = None
 
 
 class _RecordedAllocation(_Allocation):
     """An allocation made while torch.cuda.memory._record_memory_history records: its free is traced too."""
 
-    __slots__ = ("addr",)
-
-    def __init__(self, index: int, block: int, nbytes: int, stream: int, addr: int):
-        super().__init__(index, block, nbytes, stream)
-        self.addr = addr
+    __slots__ = ()
 
     def release(self) -> None:
         recorder = memory_history.recorder
-        if self.block and recorder is not None:
-            recorder.free(self.index, self.addr, self.nbytes, self.stream)
+        if self.block is not None and recorder is not None:
+            recorder.free(self.index, self.block, self.nbytes, self.stream)
         super().release()
 
 
@@ -306,11 +302,9 @@ def account(storage: Any, index: int) -> None:
         storage._simgpu_allocation = _Allocation(index, block, nbytes, stream)
     else:  # torch.cuda.memory._record_memory_history is on
         block = recorder.allocate(t.memory[index], nbytes, stream)
-        addr = storage.data_ptr()
-        storage._simgpu_allocation = _RecordedAllocation(index, block, nbytes, stream, addr)
-        if block:
-            recorder.alloc(index, addr, block, nbytes, stream)
-    t.host.grew(block)
+        storage._simgpu_allocation = _RecordedAllocation(index, block, nbytes, stream)
+    if block is not None:
+        t.host.grew(block.size)
 
 
 def recharge(storage: Any, index: int) -> None:

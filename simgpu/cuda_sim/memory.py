@@ -1,15 +1,15 @@
 """Simulated GPU memory that behaves like a GPU's: a capacity, CUDA's caching-allocator rounding, OOM.
 
-Every storage on a simulated GPU is charged what PyTorch's CUDA caching allocator would charge it
-(c10/cuda/CUDACachingAllocator.cpp): a block rounded up to 512 bytes; blocks of at most 1 MiB come
-from 2 MiB segments (the small pool), larger ones from 20 MiB segments when under 10 MiB, else from a
-segment of their own size rounded up to 2 MiB (the large pool). A freed block stays reserved (cached)
-for the next allocation of its pool; `empty_cache` gives back the segments no block uses. The model keeps
-one free-byte count per pool and the segments' sizes instead of the allocator's block lists (no
-fragmentation, and which segment holds which block is not known to empty_cache): reserved memory
-is what the segments hold, allocated memory the blocks in use, and their peaks are the allocator's
-within the rounding of one segment per pool and stream. A large block whose fresh segment would keep no
-more than 1 MiB beside it is given the whole segment (the allocator splits large blocks only above that).
+Every storage on a simulated GPU gets a block from a model of PyTorch's CUDA caching allocator
+(c10/cuda/CUDACachingAllocator.cpp, default settings), which runs the allocator's own algorithm on
+made-up addresses: a request rounded up to 512 bytes; blocks of at most 1 MiB from 2 MiB segments (the
+small pool), larger ones from 20 MiB segments when under 10 MiB, else from a segment of their own size
+rounded up to 2 MiB (the large pool); the smallest cached block of the pool and stream that fits; a
+block split when the rest would be at least 512 bytes (small pool) or more than 1 MiB (large pool); a
+freed block merged with its free neighbours; `empty_cache` giving back the segments that are one free
+block. So reserved memory, its segments and their fragmentation are a GPU's (held to an H200 by
+tests/test_allocator_reference.py and tests/test_memory_history.py). Not modelled: expandable
+segments and the other PYTORCH_CUDA_ALLOC_CONF settings, and blocks kept by record_stream.
 Library workspaces (cuBLAS, cuBLASLt) are charged by workspaces.py.
 
 An allocation whose segment would take the device's reserved memory past its capacity first frees
@@ -22,8 +22,8 @@ a reserve left, HostMemoryExhausted (one line) stops the program before the kern
 """
 from __future__ import annotations
 
+import bisect
 import threading
-from dataclasses import dataclass, field
 
 import torch
 
@@ -65,9 +65,9 @@ def _pool(block: int) -> int:
 
 
 POOL_NAMES = ("small_pool", "large_pool")  # c10's StatType order after "all"
-TRACKED = ("allocation", "allocated_bytes", "requested_bytes", "segment", "reserved_bytes")
+TRACKED = ("allocation", "allocated_bytes", "requested_bytes", "segment", "reserved_bytes", "inactive_split",
+           "inactive_split_bytes")
 ALIASES = {"active": "allocation", "active_bytes": "allocated_bytes"}  # no block is freed while a stream uses it
-UNMODELLED = ("inactive_split", "inactive_split_bytes")  # split blocks' free tails: no fragmentation model
 
 
 class Stat:
@@ -94,27 +94,51 @@ def _stats_row() -> list[Stat]:
     return [Stat(), Stat(), Stat()]  # all, small pool, large pool
 
 
-@dataclass
+class Block:
+    """One block of a segment, as CUDACachingAllocator.cpp's Block: its size and address, whether it is in
+    use, and its neighbours in the segment (a segment is a chain of blocks; free neighbours merge)."""
+
+    __slots__ = ("size", "addr", "pool", "stream", "prev", "next", "allocated", "requested")
+
+    def __init__(self, size: int, addr: int, pool: int, stream: int) -> None:
+        self.size, self.addr, self.pool, self.stream = size, addr, pool, stream
+        self.prev: Block | None = None
+        self.next: Block | None = None
+        self.allocated = False
+        self.requested = 0
+
+    def is_split(self) -> bool:
+        return self.prev is not None or self.next is not None
+
+    def __repr__(self) -> str:
+        return f"Block(size={self.size}, addr={self.addr:#x}, {'allocated' if self.allocated else 'free'})"
+
+
+_ADDRESS_BASE = 0x7F00_0000_0000   # made-up device addresses: each GPU's segments are laid out from here
+_DEVICE_SPAN = 1 << 40
+
+
 class DeviceMemory:
-    """One simulated GPU's allocator state (per process, as each process has its own allocator).
+    """One simulated GPU's caching allocator (per process, as each process has its own allocator).
 
-    Blocks and segments are counted per (pool, stream): the caching allocator never hands a block cached
-    for one stream to an allocation on another, so a side stream (FSDP's all-gathers, a prefetch stream)
-    grows segments of its own. `stat` keeps c10's DeviceStats (all / small pool / large pool), which
-    memory_stats, memory_summary and the peaks read."""
+    The allocator's own algorithm (c10/cuda/CUDACachingAllocator.cpp, default settings): a request is
+    rounded to 512 bytes and served from the smallest free block of its pool (small: blocks up to
+    1 MiB; large) and stream that fits, else from a new segment (2 MiB; 20 MiB under 10 MiB; else its
+    size rounded to 2 MiB); the block is split when the rest would be 512 bytes or more (small pool)
+    or more than 1 MiB (large pool); a freed block merges with free neighbours of its segment;
+    empty_cache gives back the segments that are one free block. So segments, fragmentation and the
+    reserved memory follow a GPU's. `stat` keeps c10's DeviceStats (all / small pool / large pool),
+    which memory_stats, memory_summary and the peaks read."""
 
-    index: int
-    capacity: int
-    fraction: float = 1.0
-    allocated: dict[tuple[int, int], int] = field(default_factory=dict)  # (pool, stream) -> blocks in use
-    reserved: dict[tuple[int, int], int] = field(default_factory=dict)   # (pool, stream) -> segments' bytes
-    segment_sizes: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # (pool, stream) -> segments
-    stat: dict[str, list[Stat]] = field(default_factory=lambda: {name: _stats_row() for name in TRACKED})
-    retries: int = 0
-    ooms: int = 0
-    stream_syncs: int = 0  # releasing cached blocks synchronizes every stream first
-
-    def __post_init__(self) -> None:
+    def __init__(self, index: int, capacity: int, fraction: float = 1.0) -> None:
+        self.index, self.capacity, self.fraction = index, capacity, fraction
+        self.stat: dict[str, list[Stat]] = {name: _stats_row() for name in TRACKED}
+        self.retries = self.ooms = 0
+        self.stream_syncs = 0  # releasing cached blocks synchronizes every stream first
+        self.free_blocks: dict[tuple[int, int], list[tuple[int, int, Block]]] = {}  # (pool, stream) -> (size, addr, block), sorted
+        self.segments: dict[int, Block] = {}  # a segment's address -> its first block
+        self._next_address = _ADDRESS_BASE + index * _DEVICE_SPAN
+        self._lock = threading.Lock()
         self._rows = (self._block_rows(0), self._block_rows(1))  # the Stats a block of each pool updates
 
     @property
@@ -148,60 +172,134 @@ class DeviceMemory:
         return tuple(self.stat[name][column] for name in ("allocation", "allocated_bytes", "requested_bytes")
                      for column in (0, 1 + pool))
 
-    def allocate(self, nbytes: int, stream: int = 0) -> int:
-        """Charge a request of nbytes on a stream; the block size to give back on free (OutOfMemoryError if
-        it cannot fit)."""
-        block = round_size(nbytes)
-        if block == 0:
-            return 0
-        key = (_pool(block), stream)
-        if self.reserved.get(key, 0) - self.allocated.get(key, 0) < block:
-            grow = segment_size(block)
+    def allocate(self, nbytes: int, stream: int = 0) -> Block | None:
+        """The block a request of nbytes on a stream gets (None for 0 bytes, as CUDA allocates nothing);
+        OutOfMemoryError when no segment can be had, after giving the cache back once."""
+        size = round_size(nbytes)
+        if size == 0:
+            return None
+        pool = 0 if size <= SMALL_SIZE else 1
+        with self._lock:
+            block = self._take_free(pool, stream, size) or self._new_segment(pool, stream, size)
+            already_split = block.is_split()
+            remaining = block.size - size
+            if remaining >= MIN_BLOCK if pool == 0 else remaining > SMALL_SIZE:
+                rest = Block(remaining, block.addr + size, pool, stream)
+                rest.prev, rest.next = block, block.next
+                if block.next is not None:
+                    block.next.prev = rest
+                block.next = rest
+                block.size = size
+                bisect.insort(self.free_blocks.setdefault((pool, stream), []), (remaining, rest.addr, rest))
+                if already_split:  # an inactive split block shrinks by what is taken
+                    self._count("inactive_split_bytes", pool, -size)
+                else:  # a new inactive split block: the rest of a block that was whole
+                    self._count("inactive_split", pool, 1)
+                    self._count("inactive_split_bytes", pool, remaining)
+            elif already_split:  # an inactive split block becomes active whole
+                self._count("inactive_split", pool, -1)
+                self._count("inactive_split_bytes", pool, -block.size)
+            block.allocated, block.requested = True, nbytes
+            count, count_pool, allocated, allocated_pool, asked, asked_pool = self._rows[pool]
+            count.grow(1)
+            count_pool.grow(1)
+            allocated.grow(block.size)
+            allocated_pool.grow(block.size)
+            asked.grow(nbytes)
+            asked_pool.grow(nbytes)
+            return block
+
+    def _take_free(self, pool: int, stream: int, size: int) -> Block | None:
+        """The smallest cached block of the pool and stream that holds `size` (get_free_block), taken out."""
+        free = self.free_blocks.get((pool, stream))
+        if not free:
+            return None
+        i = bisect.bisect_left(free, (size, 0))
+        if i == len(free):
+            return None
+        return free.pop(i)[2]
+
+    def _new_segment(self, pool: int, stream: int, size: int) -> Block:
+        grow = segment_size(size)
+        if self.total_reserved() + grow > self.limit:
+            self.retries += 1
+            self._release_cached()
             if self.total_reserved() + grow > self.limit:
-                self.retries += 1
-                self.empty_cache()
-                if self.total_reserved() + grow > self.limit:
-                    self.ooms += 1
-                    raise torch.cuda.OutOfMemoryError(self._oom_message(block))
-            self.reserved[key] = self.reserved.get(key, 0) + grow
-            self.segment_sizes.setdefault(key, []).append(grow)
-            self._count("segment", key[0], 1)
-            self._count("reserved_bytes", key[0], grow)
-            if key[0] == 1 and grow - block <= SMALL_SIZE:
-                block = grow  # a large-pool block is split only when more than 1 MiB would remain
-        self.allocated[key] = self.allocated.get(key, 0) + block
-        count, count_pool, size, size_pool, asked, asked_pool = self._rows[key[0]]
-        count.grow(1)
-        count_pool.grow(1)
-        size.grow(block)
-        size_pool.grow(block)
-        asked.grow(nbytes)
-        asked_pool.grow(nbytes)
+                self.ooms += 1
+                raise torch.cuda.OutOfMemoryError(self._oom_message(size))
+        block = Block(grow, self._next_address, pool, stream)
+        self._next_address += grow
+        self.segments[block.addr] = block
+        self._count("segment", pool, 1)
+        self._count("reserved_bytes", pool, grow)
         return block
 
-    def free(self, block: int, nbytes: int, stream: int = 0) -> None:
-        if block:
-            pool = _pool(block)
-            self.allocated[(pool, stream)] -= block
-            count, count_pool, size, size_pool, asked, asked_pool = self._rows[pool]
+    def free(self, block: Block | None, nbytes: int, stream: int = 0) -> None:
+        """Give a block back to its pool's cache, merged with its free neighbours (free_block)."""
+        if block is None:
+            return
+        with self._lock:
+            pool = block.pool
+            count, count_pool, allocated, allocated_pool, asked, asked_pool = self._rows[pool]
             count.shrink(1)
             count_pool.shrink(1)
-            size.shrink(block)
-            size_pool.shrink(block)
+            allocated.shrink(block.size)
+            allocated_pool.shrink(block.size)
             asked.shrink(nbytes)
             asked_pool.shrink(nbytes)
+            block.allocated = False
+            free = self.free_blocks.setdefault((pool, block.stream), [])
+            for neighbour in (block.prev, block.next):
+                if neighbour is None or neighbour.allocated:
+                    continue
+                del free[bisect.bisect_left(free, (neighbour.size, neighbour.addr))]
+                self._count("inactive_split", pool, -1)
+                self._count("inactive_split_bytes", pool, -neighbour.size)
+                if neighbour is block.prev:  # the merged block starts where its free predecessor did
+                    block.addr, block.prev = neighbour.addr, neighbour.prev
+                    if block.prev is not None:
+                        block.prev.next = block
+                    else:  # the predecessor was the segment's first block
+                        self.segments[block.addr] = block
+                else:
+                    block.next = neighbour.next
+                    if block.next is not None:
+                        block.next.prev = block
+                block.size += neighbour.size
+            bisect.insort(free, (block.size, block.addr, block))
+            if block.is_split():
+                self._count("inactive_split", pool, 1)
+                self._count("inactive_split_bytes", pool, block.size)
 
     def empty_cache(self) -> None:
-        """Give back the segments no block uses. Which segments hold the blocks in use is not modelled: the
-        smallest one that can hold them all, else the largest ones until they fit."""
+        """torch.cuda.empty_cache: give back every segment that is one free block (release_cached_blocks)."""
+        with self._lock:
+            self._release_cached()
+
+    def _release_cached(self) -> None:
         self.stream_syncs += 1
-        for key, sizes in self.segment_sizes.items():
-            kept = _segments_holding(sorted(sizes), self.allocated.get(key, 0))
-            if len(kept) < len(sizes):
-                self._count("segment", key[0], len(kept) - len(sizes))
-                self._count("reserved_bytes", key[0], sum(kept) - self.reserved[key])
-                self.segment_sizes[key] = kept
-                self.reserved[key] = sum(kept)
+        for key, free in self.free_blocks.items():
+            kept = []
+            for entry in free:
+                block = entry[2]
+                if block.is_split():
+                    kept.append(entry)
+                    continue
+                del self.segments[block.addr]
+                self._count("segment", key[0], -1)
+                self._count("reserved_bytes", key[0], -block.size)
+            free[:] = kept
+
+    def segment_blocks(self) -> list[list[Block]]:
+        """Every segment's blocks, in address order (what torch.cuda.memory_snapshot lays out)."""
+        out = []
+        for addr in sorted(self.segments):
+            blocks, block = [], self.segments[addr]
+            while block is not None:
+                blocks.append(block)
+                block = block.next
+            out.append(blocks)
+        return out
 
     def reset_peaks(self) -> None:
         """torch.cuda.reset_peak_memory_stats: every peak back to its current value."""
@@ -217,13 +315,12 @@ class DeviceMemory:
         self.retries = self.ooms = self.stream_syncs = 0
 
     def stats(self) -> dict[str, int]:
-        """torch.cuda.memory_stats: every key CUDA's allocator reports, from this model (split blocks'
-        free tails and oversize blocks are not modelled: 0)."""
+        """torch.cuda.memory_stats: every key CUDA's allocator reports, from this model (oversize blocks,
+        which need max_split_size set, are 0)."""
         out = {"num_alloc_retries": self.retries, "num_ooms": self.ooms, "max_split_size": -1,
                "num_sync_all_streams": self.stream_syncs, "num_device_alloc": self.stat["segment"][0].allocated,
                "num_device_free": self.stat["segment"][0].freed}
-        rows = {**{name: self.stat[name] for name in TRACKED}, **{name: self.stat[real] for name, real in ALIASES.items()},
-                **{name: _stats_row() for name in UNMODELLED}}
+        rows = {**{name: self.stat[name] for name in TRACKED}, **{name: self.stat[real] for name, real in ALIASES.items()}}
         for name, row in rows.items():
             for pool_name, one in zip(("all", *POOL_NAMES), row):
                 for field_name in ("current", "peak", "allocated", "freed"):
@@ -244,22 +341,6 @@ class DeviceMemory:
                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
                 "Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables) "
                 f"(simgpu: simulated GPU of {format_size(self.capacity)}; simgpu run --memory-gb sets it)")
-
-
-def _segments_holding(sizes: list[int], in_use: int) -> list[int]:
-    """The segments (sizes ascending) kept for `in_use` bytes of blocks: none, the smallest that holds them,
-    else the largest ones until they do."""
-    if in_use == 0:
-        return []
-    for size in sizes:
-        if size >= in_use:
-            return [size]
-    kept: list[int] = []
-    for size in reversed(sizes):
-        kept.append(size)
-        if sum(kept) >= in_use:
-            break
-    return kept
 
 
 def format_size(nbytes: int) -> str:

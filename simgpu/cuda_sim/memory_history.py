@@ -5,17 +5,15 @@ Programs call `torch.cuda.memory._record_memory_history(...)`, run some steps, t
 the pickle in memory_viz or with `torch.cuda._memory_viz`. On CUDA these read the caching allocator's
 C++ state; here they read the allocator model (memory.py), with CUDA's field names:
 
-- While recording, every block the model charges or frees is a trace entry (`alloc`, `free_requested`,
-  `free_completed`, `segment_alloc` when it takes a new segment, and `oom` with `device_free`), with the
-  size asked for, its stream, the time, and the program's Python stack (what python_frames leaves out). A block's address is its storage's host
-  address: unique while the block lives, as a GPU address is.
-- A snapshot's segments are the model's segments (their sizes, pools and streams). The model keeps the
-  bytes in use per pool and stream, not block lists, so which segment holds which block is laid out
-  here: the recorded live blocks (with their stacks) first-fit into the segments of their pool and
-  stream, then the bytes in use that no recorded block accounts for (all of them when nothing was
-  recorded) fill the space left, one block per segment. The rest of a segment is one inactive block. Segment and block addresses are made up but unique.
-- Not modelled: `segment_free` entries (empty_cache), `active_awaiting_free` (record_stream), segment addresses in trace entries,
-  C++ frames (`stacks="all"` records the Python ones), compile context and annotations.
+- While recording, every block the model hands out or takes back is a trace entry (`alloc`,
+  `free_requested`, `free_completed`, `segment_alloc` when it takes a new segment, and `oom` with
+  `device_free`), with the size asked for, its address, stream and time, and the program's Python stack
+  (what python_frames leaves out).
+- A snapshot's segments are the allocator model's, block by block (its addresses are made up, one range
+  per GPU, and consistent between the trace and the segments), each allocated block with the stack that
+  allocated it if that was recorded.
+- Not modelled: `segment_free` entries (empty_cache), `active_awaiting_free` (record_stream), C++ frames
+  (`stacks="all"` records the Python ones), compile context and annotations.
 """
 from __future__ import annotations
 
@@ -34,8 +32,6 @@ from simgpu.cuda_sim import memory as memory_model
 
 _SIMGPU_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _MAX_FRAMES = 64
-_SEGMENT_BASE = 0x7F00_0000_0000  # made-up segment addresses start here, one range per device
-_DEVICE_SPAN = 1 << 40
 
 
 def python_frames(skip: int = 2) -> list[dict[str, Any]]:
@@ -64,14 +60,6 @@ def python_frames(skip: int = 2) -> list[dict[str, Any]]:
 
 
 @dataclass
-class _LiveBlock:
-    size: int
-    requested_size: int
-    stream: int
-    frames: list[dict[str, Any]]
-
-
-@dataclass
 class Recorder:
     """What `_record_memory_history` asked for, and what it has recorded since."""
 
@@ -79,8 +67,8 @@ class Recorder:
     alloc_stacks: bool               # context in ("state", "alloc", "all"): stacks of live blocks and allocs
     free_stacks: bool                # context == "all": stacks of frees too
     max_entries: int
-    entries: dict[int, collections.deque] = field(default_factory=dict)       # device -> trace entries
-    live: dict[int, dict[int, _LiveBlock]] = field(default_factory=dict)     # device -> addr -> block
+    entries: dict[int, collections.deque] = field(default_factory=dict)        # device -> trace entries
+    frames: dict[memory_model.Block, list] = field(default_factory=dict)        # a live block -> its allocation's stack
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _entry(self, index: int, entry: dict[str, Any]) -> None:
@@ -90,36 +78,47 @@ class Recorder:
                 entries = self.entries[index] = collections.deque(maxlen=self.max_entries)
             entries.append(entry)
 
-    def allocate(self, memory: memory_model.DeviceMemory, nbytes: int, stream: int) -> int:
-        """memory.allocate, with the segment it adds (`segment_alloc`) or its OOM (`oom`) traced."""
-        reserved = memory.total_reserved()
+    def allocate(self, memory: memory_model.DeviceMemory, nbytes: int, stream: int) -> memory_model.Block | None:
+        """memory.allocate, traced: the segment it adds (`segment_alloc`), the block (`alloc`), or its `oom`."""
+        segments = len(memory.segments)
         try:
             block = memory.allocate(nbytes, stream)
         except torch.cuda.OutOfMemoryError:
-            self.oom(memory.index, nbytes, stream, max(memory.limit - memory.total_reserved(), 0))
-            raise
-        grown = memory.total_reserved() - reserved
-        if grown > 0:
             with self.lock:
-                self._entry(memory.index, _trace_entry("segment_alloc", 0, grown, stream, python_frames(3)))
+                self._entry(memory.index, {**_trace_entry("oom", 0, nbytes, stream, python_frames(2)),
+                                           "device_free": max(memory.limit - memory.total_reserved(), 0)})
+            raise
+        if block is None:
+            return None
+        frames = python_frames(2) if self.alloc_stacks else []
+        with self.lock:
+            if len(memory.segments) > segments:
+                head = block if block.prev is None else _segment_head(block)
+                size = sum(one.size for one in _chain(head))
+                self._entry(memory.index, _trace_entry("segment_alloc", head.addr, size, stream, frames))
+            self.frames[block] = frames
+            self._entry(memory.index, _trace_entry("alloc", block.addr, nbytes, stream, frames))
         return block
 
-    def alloc(self, index: int, addr: int, block: int, nbytes: int, stream: int) -> None:
-        frames = python_frames(3) if self.alloc_stacks else []
+    def free(self, index: int, block: memory_model.Block, nbytes: int, stream: int) -> None:
+        """Before the block goes back (its address is still its own): `free_requested` and `free_completed`."""
+        frames = python_frames(2) if self.free_stacks else []
         with self.lock:
-            self.live.setdefault(index, {})[addr] = _LiveBlock(block, nbytes, stream, frames)
-            self._entry(index, _trace_entry("alloc", addr, nbytes, stream, frames))
-
-    def free(self, index: int, addr: int, nbytes: int, stream: int) -> None:
-        frames = python_frames(3) if self.free_stacks else []
-        with self.lock:
-            self.live.get(index, {}).pop(addr, None)
+            self.frames.pop(block, None)
             for action in ("free_requested", "free_completed"):  # no stream keeps it: freed at once
-                self._entry(index, _trace_entry(action, addr, nbytes, stream, frames))
+                self._entry(index, _trace_entry(action, block.addr, nbytes, stream, frames))
 
-    def oom(self, index: int, nbytes: int, stream: int, device_free: int) -> None:
-        with self.lock:
-            self._entry(index, {**_trace_entry("oom", 0, nbytes, stream, python_frames(3)), "device_free": device_free})
+
+def _segment_head(block: memory_model.Block) -> memory_model.Block:
+    while block.prev is not None:
+        block = block.prev
+    return block
+
+
+def _chain(block: memory_model.Block | None) -> Any:
+    while block is not None:
+        yield block
+        block = block.next
 
 
 recorder: Recorder | None = None  # set while recording; devices.py looks at it on every allocation
@@ -156,7 +155,7 @@ def record_memory_history(enabled: Any = "all", context: Any = "all", stacks: st
     if old is not None and not clear_history:
         new.entries = {index: collections.deque(entries, maxlen=new.max_entries)
                        for index, entries in old.entries.items()}
-        new.live = old.live
+        new.frames = old.frames
     recorder = new
 
 
@@ -189,44 +188,20 @@ def dump_snapshot(filename: str = "dump_snapshot.pickle", **ignored: Any) -> Non
 
 
 def _segments(memory: memory_model.DeviceMemory, current: Recorder | None) -> list[dict[str, Any]]:
-    live = sorted(current.live.get(memory.index, {}).items()) if current is not None else []
+    """The allocator model's segments with their blocks, as CUDA's snapshot lists them."""
+    frames = current.frames if current is not None else {}
     out: list[dict[str, Any]] = []
-    next_address = _SEGMENT_BASE + memory.index * _DEVICE_SPAN
-    for (pool, stream), sizes in sorted(memory.segment_sizes.items()):
-        # the recorded live blocks of this pool and stream, first-fit; then the bytes in use that no
-        # recorded block accounts for (allocated before recording began), in the space left, in order
-        mine = [block for _, block in live if block.stream == stream and (block.size > memory_model.SMALL_SIZE) == bool(pool)]
-        placed: list[list[_LiveBlock]] = [[] for _ in sizes]
-        room = list(sizes)
-        for block in mine:
-            for i, free in enumerate(room):
-                if block.size <= free:
-                    placed[i].append(block)
-                    room[i] -= block.size
-                    break
-        unknown = max(memory.allocated.get((pool, stream), 0) - sum(b.size for blocks in placed for b in blocks), 0)
-        for i, size in enumerate(sizes):
-            blocks: list[dict[str, Any]] = []
-            used = 0
-            for block in placed[i]:
-                blocks.append({"address": next_address + used, "size": block.size, "requested_size": block.requested_size,
-                               "state": "active_allocated", "frames": block.frames})
-                used += block.size
-            anonymous = min(unknown, size - used)
-            if anonymous:
-                blocks.append({"address": next_address + used, "size": anonymous, "requested_size": anonymous,
-                               "state": "active_allocated", "frames": []})
-                used += anonymous
-                unknown -= anonymous
-            if size > used:
-                blocks.append({"address": next_address + used, "size": size - used, "requested_size": 0,
-                               "state": "inactive", "frames": []})
-            requested = sum(block["requested_size"] for block in blocks)
-            out.append({"device": memory.index, "address": next_address, "total_size": size, "stream": stream,
-                        "segment_type": "large" if pool else "small", "segment_pool_id": (0, 0),
-                        "allocated_size": used, "active_size": used, "requested_size": requested,
-                        "is_expandable": False, "frames": [], "blocks": blocks})
-            next_address += size
+    for blocks in memory.segment_blocks():
+        head = blocks[0]
+        listed = [{"address": b.addr, "size": b.size, "requested_size": b.requested if b.allocated else 0,
+                   "state": "active_allocated" if b.allocated else "inactive", "frames": frames.get(b, [])}
+                  for b in blocks]
+        used = sum(b.size for b in blocks if b.allocated)
+        out.append({"device": memory.index, "address": head.addr, "total_size": sum(b.size for b in blocks),
+                    "stream": head.stream, "segment_type": "large" if head.pool else "small",
+                    "segment_pool_id": (0, 0), "allocated_size": used, "active_size": used,
+                    "requested_size": sum(b["requested_size"] for b in listed), "is_expandable": False,
+                    "frames": [], "blocks": listed})
     return out
 
 

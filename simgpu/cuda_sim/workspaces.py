@@ -65,7 +65,7 @@ def uses_cublaslt(packet: object, args: tuple, kwargs: dict) -> bool:
             and mat1.dim() == 2 and mat1.size(0) > 1 and mat2.size(0) > 1 and mat2.size(1) > 1)
 
 
-_held: dict[tuple, int] = {}   # (kind, handle, GPU, stream) -> the workspace's block
+_held: dict[tuple, object] = {}   # (kind, handle, GPU, stream) -> the workspace's block
 _handles: dict[tuple[Any, int], int] = {}     # (thread, GPU) -> the cuBLAS handle it holds
 _returned: dict[int, list[int]] = {}          # GPU -> handles whose threads ended
 _made: dict[int, int] = {}                    # GPU -> handles made so far
@@ -103,8 +103,6 @@ def charge(packet: object, index: int, args: tuple, kwargs: dict) -> None:
             key = (kind, handle, index, stream)
             if key not in _held:
                 recorder = memory_history.recorder
-                if recorder is None:
-                    _held[key] = devices.memory_of(index).allocate(nbytes, stream)
-                else:  # traced, and kept for good: an allocation with no free, as on CUDA
-                    _held[key] = block = recorder.allocate(devices.memory_of(index), nbytes, stream)
-                    recorder.alloc(index, id(key), block, nbytes, stream)
+                memory = devices.memory_of(index)
+                # kept for good (traced, if recording: an allocation with no free, as on CUDA)
+                _held[key] = memory.allocate(nbytes, stream) if recorder is None else recorder.allocate(memory, nbytes, stream)
