@@ -140,6 +140,8 @@ class DeviceMemory:
         self._next_address = _ADDRESS_BASE + index * _DEVICE_SPAN
         self._lock = threading.Lock()
         self._rows = (self._block_rows(0), self._block_rows(1))  # the Stats a block of each pool updates
+        self._split_rows = tuple(tuple(self.stat[name][column] for name in ("inactive_split", "inactive_split_bytes")
+                                       for column in (0, 1 + pool)) for pool in (0, 1))
 
     @property
     def limit(self) -> int:
@@ -167,6 +169,18 @@ class DeviceMemory:
             else:
                 one.shrink(-amount)
 
+    def _split_changed(self, pool: int, blocks: int, nbytes: int) -> None:
+        """inactive_split and inactive_split_bytes (all, and the pool's) change by these net amounts."""
+        for one, amount in zip(self._split_rows[pool], (blocks, blocks, nbytes, nbytes)):
+            if amount > 0:
+                one.allocated += amount
+                one.current += amount
+                if one.current > one.peak:
+                    one.peak = one.current
+            elif amount < 0:
+                one.freed -= amount
+                one.current += amount
+
     def _block_rows(self, pool: int) -> tuple[Stat, ...]:
         """allocation, allocated_bytes and requested_bytes: all, then the pool's (each block's six updates)."""
         return tuple(self.stat[name][column] for name in ("allocation", "allocated_bytes", "requested_bytes")
@@ -180,8 +194,10 @@ class DeviceMemory:
             return None
         pool = 0 if size <= SMALL_SIZE else 1
         with self._lock:
-            block = self._take_free(pool, stream, size) or self._new_segment(pool, stream, size)
-            already_split = block.is_split()
+            free = self.free_blocks.get((pool, stream))
+            i = bisect.bisect_left(free, (size, 0)) if free else 0
+            block = free.pop(i)[2] if free and i < len(free) else self._new_segment(pool, stream, size)
+            already_split = block.prev is not None or block.next is not None
             remaining = block.size - size
             if remaining >= MIN_BLOCK if pool == 0 else remaining > SMALL_SIZE:
                 rest = Block(remaining, block.addr + size, pool, stream)
@@ -192,13 +208,11 @@ class DeviceMemory:
                 block.size = size
                 bisect.insort(self.free_blocks.setdefault((pool, stream), []), (remaining, rest.addr, rest))
                 if already_split:  # an inactive split block shrinks by what is taken
-                    self._count("inactive_split_bytes", pool, -size)
+                    self._split_changed(pool, 0, -size)
                 else:  # a new inactive split block: the rest of a block that was whole
-                    self._count("inactive_split", pool, 1)
-                    self._count("inactive_split_bytes", pool, remaining)
+                    self._split_changed(pool, 1, remaining)
             elif already_split:  # an inactive split block becomes active whole
-                self._count("inactive_split", pool, -1)
-                self._count("inactive_split_bytes", pool, -block.size)
+                self._split_changed(pool, -1, -block.size)
             block.allocated, block.requested = True, nbytes
             count, count_pool, allocated, allocated_pool, asked, asked_pool = self._rows[pool]
             count.grow(1)
@@ -208,16 +222,6 @@ class DeviceMemory:
             asked.grow(nbytes)
             asked_pool.grow(nbytes)
             return block
-
-    def _take_free(self, pool: int, stream: int, size: int) -> Block | None:
-        """The smallest cached block of the pool and stream that holds `size` (get_free_block), taken out."""
-        free = self.free_blocks.get((pool, stream))
-        if not free:
-            return None
-        i = bisect.bisect_left(free, (size, 0))
-        if i == len(free):
-            return None
-        return free.pop(i)[2]
 
     def _new_segment(self, pool: int, stream: int, size: int) -> Block:
         grow = segment_size(size)
@@ -249,12 +253,13 @@ class DeviceMemory:
             asked_pool.shrink(nbytes)
             block.allocated = False
             free = self.free_blocks.setdefault((pool, block.stream), [])
+            blocks_change = bytes_change = 0  # inactive split blocks, applied once as CUDA's free_block does
             for neighbour in (block.prev, block.next):
                 if neighbour is None or neighbour.allocated:
                     continue
                 del free[bisect.bisect_left(free, (neighbour.size, neighbour.addr))]
-                self._count("inactive_split", pool, -1)
-                self._count("inactive_split_bytes", pool, -neighbour.size)
+                blocks_change -= 1
+                bytes_change -= neighbour.size
                 if neighbour is block.prev:  # the merged block starts where its free predecessor did
                     block.addr, block.prev = neighbour.addr, neighbour.prev
                     if block.prev is not None:
@@ -267,9 +272,11 @@ class DeviceMemory:
                         block.next.prev = block
                 block.size += neighbour.size
             bisect.insort(free, (block.size, block.addr, block))
-            if block.is_split():
-                self._count("inactive_split", pool, 1)
-                self._count("inactive_split_bytes", pool, block.size)
+            if block.prev is not None or block.next is not None:
+                blocks_change += 1
+                bytes_change += block.size
+            if blocks_change or bytes_change:
+                self._split_changed(pool, blocks_change, bytes_change)
 
     def empty_cache(self) -> None:
         """torch.cuda.empty_cache: give back every segment that is one free block (release_cached_blocks)."""
