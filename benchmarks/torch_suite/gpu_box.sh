@@ -9,7 +9,7 @@
 #
 # Environment: OUT (results go to $OUT/torch27/; default reports/gpu_box), SRC (the checkout; default
 # .torchsrc/pytorch-src), WHEELS (expecttest's wheel; default .torchsrc/wheels), PYTHON (default python),
-# JOBS (units at once; default 16), BUDGET (seconds for the runner; default 500), REF (a real run's
+# JOBS (units at once; default 24), BUDGET (seconds for the runner; default 500), REF (a real run's
 # results.json: the simulated run then runs only what passed there), INSTALL=0 (skip the pip installs),
 # EXTRA (more upstream.py arguments). Each mode writes at most 6 files (the device tool returns 8).
 set -u
@@ -46,7 +46,7 @@ print("simulated:", torch.cuda.device_count(), torch.cuda.get_device_name(0), to
 cat "$O/versions-$mode.txt"
 start=$(date +%s)
 # shellcheck disable=SC2086
-$PY benchmarks/torch_suite/upstream.py "${args[@]}" --gpus 4 --pytorch-src "$SRC" --chunk 6 --jobs "${JOBS:-16}" \
+$PY benchmarks/torch_suite/upstream.py "${args[@]}" --gpus 4 --pytorch-src "$SRC" --chunk 6 --jobs "${JOBS:-24}" \
   --timeout 300 --budget "${BUDGET:-500}" --out "$work" ${EXTRA:-} >"$O/$mode.log" 2>&1
 echo "exit $? after $(( $(date +%s) - start )) s" >>"$O/$mode.log"
 cp "$work/results.json" "$O/$mode-results.json" 2>/dev/null || echo "no results.json in $work" >>"$O/$mode.log"

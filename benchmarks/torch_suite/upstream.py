@@ -292,6 +292,8 @@ def distributed_test_units(args: argparse.Namespace, marker: str, out: Path) -> 
     units = []
     for subset, pattern in suite.SUBSETS.items():
         tests = [n for n in names if pattern.match(n) and (not args.only or re.search(args.only, n))]
+        if args.reference:  # only what passed there, as for the checkout's files
+            tests = [n for n in tests if args.reference.get(prefix + n, {}).get("outcome") == "passed"]
         size = args.chunk or len(tests) or 1
         for n in range(0, len(tests), size):
             units.append({"family": f"{DISTRIBUTED_TEST}:{subset}", "file": rel, "cwd": REPO,
