@@ -53,3 +53,18 @@ def test_budget_cuts_each_unit_and_starts_none_it_cannot_finish(upstream, tmp_pa
     assert done["not_run"] == "budget spent"
     assert done["tests"] == unit["args"] and done["results"] == {}
     assert not list(tmp_path.iterdir())  # nothing was started
+
+
+def test_tests_on_one_fixed_port_share_a_unit_of_their_own(upstream, tmp_path: Path, monkeypatch) -> None:
+    rel = "test/distributed/test_device_mesh.py"
+    (tmp_path / rel).parent.mkdir(parents=True)
+    (tmp_path / rel).write_text("")
+    same_port = [f"{rel}::DeviceMeshSetDeviceTest::test_manual_set_device",
+                 f"{rel}::DeviceMeshTest::test_init_process_group"]
+    others = [f"{rel}::DeviceMeshTest::test_{n}" for n in ("a", "b", "init_process_group_x")]
+    monkeypatch.setattr(upstream, "collect", lambda *a: (others[:1] + same_port + others[1:], ""))
+    args = argparse.Namespace(families=["device_mesh"], files=None, chunk=2, reference=None, only=None, jobs=1, k=None)
+    units, missing = upstream.units_for(args, tmp_path, "marker", tmp_path, {})
+    assert not missing
+    assert [u["args"] for u in units if u["name"].endswith("same_port")] == [same_port]
+    assert sorted(i for u in units if not u["name"].endswith("same_port") for i in u["args"]) == sorted(others)

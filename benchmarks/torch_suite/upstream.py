@@ -71,6 +71,9 @@ FAMILIES: dict[str, list[str]] = {
         "test/distributed/checkpoint/fsdp/test_fsdp_dsd.py",
     ],
 }
+# Tests that bind one fixed port (test_device_mesh.py's _set_env_var: MASTER_PORT 25364 with env://): with
+# --chunk they are kept together in one unit of their own, so that with --jobs no two of them run at once.
+SAME_PORT = re.compile(r"test_device_mesh\.py::(DeviceMeshSetDeviceTest::|DeviceMeshTest::test_init_process_group$)")
 DISTRIBUTED_TEST = "distributed_test"  # the wheel's distributed_test.py, run.py's subsets
 NCCL_SAFETY = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
@@ -183,6 +186,10 @@ def units_for(args: argparse.Namespace, src: Path, marker: str, out: Path,
         ids = [i for i in ids if not args.only or re.search(args.only, i)]
         if args.reference:  # only what passed there (the measure is of those)
             ids = [i for i in ids if args.reference.get(i, {}).get("outcome") == "passed"]
+        same_port = [i for i in ids if SAME_PORT.search(i)]
+        if same_port:
+            units.append({"family": family, "file": rel, "args": same_port, "name": f"{safe(rel)}.same_port"})
+            ids = [i for i in ids if i not in same_port]
         size = args.chunk or len(ids) or 1
         for n in range(0, len(ids), size):
             units.append({"family": family, "file": rel, "args": ids[n:n + size], "name": f"{safe(rel)}.{n // size}"})
