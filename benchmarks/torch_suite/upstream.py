@@ -27,6 +27,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -371,12 +372,19 @@ def run_main(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     marker = uuid.uuid4().hex
     t0 = time.monotonic()
+
+    def stop(signum: int, _frame: object) -> None:  # SIGTERM (a wrapper's timeout): end every unit first, so
+        suite.kill_leftovers(marker)  # that no test outlives the runner and the results written so far stand
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
     report = {"command": " ".join(shlex.quote(a) for a in sys.argv), "date": datetime.now(timezone.utc)
               .isoformat(timespec="seconds"), "machine": machine(args), "sources": sources(src),
               "gpus": args.gpus, "units": [], "missing": {}, "results": {}}
     try:
         units, report["missing"] = units_for(args, src, marker, out, report["results"]) if want_checkout else ([], {})
-        if args.families is None or DISTRIBUTED_TEST in args.families:
+        wants_dt = args.families is None or DISTRIBUTED_TEST in args.families
+        if wants_dt and not (args.files and not re.search(args.files, str(suite.TEST_FILE.relative_to(REPO)))):
             units += distributed_test_units(args, marker, out)
         log(f"{len(units)} units, {args.jobs} at a time, {len(report['missing'])} files missing from the checkout")
 
