@@ -52,7 +52,7 @@ from torch._C._distributed_c10d import (
     ScatterOptions,
 )
 
-from simgpu import comm_log, faults, gloo_listener
+from simgpu import collective_echo, comm_log, faults, gloo_listener
 from simgpu import nccl_rules as rules
 from simgpu.cuda_sim.tensors import suspended
 from simgpu.p2p_check import P2PChecker
@@ -278,6 +278,7 @@ def _collective(op: str) -> Callable:
             self._local.checked = False
             self._local.ticket = None
             try:
+                collective_echo.echo(op, method, self, args, kwargs)  # what NCCL shows the program's dispatch modes
                 faults.before_collective(self, op, args)  # injected faults (simgpu.faults); a no-op unless armed
                 self._local.described = None
                 with suspended():  # the simulator's own tensors are plumbing, not simulated-GPU code

@@ -109,6 +109,14 @@ def test_cuda_visible_devices_reorders_and_stops_at_a_bad_entry() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_simgpu_visible_devices_names_the_simulated_gpus_while_the_real_ones_are_hidden() -> None:
+    # On a GPU box the torch suite's simulated side runs with CUDA_VISIBLE_DEVICES= (the CUDA driver sees
+    # no real GPU); SIMGPU_VISIBLE_DEVICES then says which simulated GPUs the program sees.
+    done = simgpu_run(4, str(SCRIPTS / "visible_devices.py"),
+                      env={"CUDA_VISIBLE_DEVICES": "", "SIMGPU_VISIBLE_DEVICES": "2,0,x,1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_nccl_maps_to_the_strict_simulator_with_nccl_placement(tmp_path: Path) -> None:
     done = simgpu_run(2, str(SCRIPTS / "nccl_rules.py"), str(tmp_path / "rendezvous"))
     assert done.returncode == 0, done.stdout + done.stderr

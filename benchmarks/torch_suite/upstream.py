@@ -27,6 +27,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -71,6 +72,9 @@ FAMILIES: dict[str, list[str]] = {
         "test/distributed/checkpoint/fsdp/test_fsdp_dsd.py",
     ],
 }
+# Tests that bind one fixed port (test_device_mesh.py's _set_env_var: MASTER_PORT 25364 with env://): with
+# --chunk they are kept together in one unit of their own, so that with --jobs no two of them run at once.
+SAME_PORT = re.compile(r"test_device_mesh\.py::(DeviceMeshSetDeviceTest::|DeviceMeshTest::test_init_process_group$)")
 DISTRIBUTED_TEST = "distributed_test"  # the wheel's distributed_test.py, run.py's subsets
 NCCL_SAFETY = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
@@ -89,9 +93,20 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def simulated_visibility(gpus: int, outer: dict[str, str]) -> dict[str, str]:
+    """A simulated run hides the host's real GPUs from the CUDA driver (CUDA_VISIBLE_DEVICES=), so that on a
+GPU box with a CUDA build of torch anything the simulation misses fails instead of running on a real GPU;
+the simulated GPUs are named by SIMGPU_VISIBLE_DEVICES (the caller's CUDA_VISIBLE_DEVICES, else all)."""
+    named = outer.get("SIMGPU_VISIBLE_DEVICES", outer.get("CUDA_VISIBLE_DEVICES"))
+    return {"CUDA_VISIBLE_DEVICES": "",
+            "SIMGPU_VISIBLE_DEVICES": named if named is not None else ",".join(map(str, range(gpus)))}
+
+
 def environment(args: argparse.Namespace, marker: str, extra: dict | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update(NCCL_SAFETY)  # on a GPU box: never NVLink multicast (see the device notes); harmless here
+    if not args.real:
+        env.update(simulated_visibility(args.gpus, os.environ))
     env["PYTHONUNBUFFERED"] = "1"
     if args.test_timeout:  # MultiProcessTestCase's own per-test limit (300 s), a host-speed bound
         env["DISTRIBUTED_TESTS_DEFAULT_TIMEOUT"] = str(int(args.test_timeout))
@@ -128,12 +143,17 @@ def collect(args: argparse.Namespace, src: Path, rel: str, marker: str, out: Pat
     log_path = out / f"collect.{safe(rel)}.log"
     rc, _, _ = suite.run_bounded(launcher(args) + [rel, "--collect-only", "-q", "-p", "no:cacheprovider",
                                                    *isolated(out, src)],
-                                 environment(args, marker), log_path, 600, cwd=src)
+                                 environment(args, marker), log_path, collect_limit(args), cwd=src)
     text = log_path.read_text(errors="replace")
     ids = [ln.strip() for ln in text.splitlines() if ln.startswith(rel + "::")]
     if ids or rc == 0:
         return ids, ""
     return [], last_error_line(text) or f"collection failed (exit {rc}), see {log_path.name}"
+
+
+def collect_limit(args: argparse.Namespace) -> float:
+    """A collection's limit: 600 s, or a third of --budget."""
+    return min(600.0, args.budget / 3) if args.budget else 600.0
 
 
 def safe(text: str) -> str:
@@ -143,33 +163,59 @@ def safe(text: str) -> str:
 def units_for(args: argparse.Namespace, src: Path, marker: str, out: Path,
               errors: dict | None = None) -> tuple[list[dict], dict]:
     """(units to run, {path: family} of files the checkout lacks) for the families asked for; a file that
-    fails to collect goes into `errors` as a file-level result."""
-    units, missing = [], {}
+    fails to collect goes into `errors` as a file-level result. Files are collected --jobs at a time."""
+    missing, files = {}, []
     for family, paths in FAMILIES.items():
         if args.families and family not in args.families:
             continue
         for rel in paths:
-            if not (src / rel).is_file():
-                missing[rel] = family
+            if args.files and not re.search(args.files, rel):
                 continue
-            if args.chunk or args.reference:
-                collected, error = collect(args, src, rel, marker, out)
-                if error and errors is not None:
-                    errors[rel] = {"family": family, "kind": "file", "outcome": "error", "message": error[:800]}
-                ids = [i for i in collected if not args.only or re.search(args.only, i)]
-                if args.reference:  # only what passed there (the measure is of those)
-                    ids = [i for i in ids if args.reference.get(i, {}).get("outcome") == "passed"]
-                size = args.chunk or len(ids) or 1
-                for n in range(0, len(ids), size):
-                    units.append({"family": family, "file": rel, "args": ids[n:n + size],
-                                  "name": f"{safe(rel)}.{n // size}"})
+            if (src / rel).is_file():
+                files.append((family, rel))
             else:
-                units.append({"family": family, "file": rel, "name": safe(rel),
-                              "args": [rel] + (["-k", args.k] if args.k else [])})
+                missing[rel] = family
+    if not (args.chunk or args.reference):
+        return [{"family": family, "file": rel, "name": safe(rel),
+                 "args": [rel] + (["-k", args.k] if args.k else [])} for family, rel in files], missing
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        collected = list(pool.map(lambda f: collect(args, src, f[1], marker, out), files))
+    units = []
+    for (family, rel), (ids, error) in zip(files, collected):
+        if error and errors is not None:
+            errors[rel] = {"family": family, "kind": "file", "outcome": "error", "message": error[:800]}
+        ids = [i for i in ids if not args.only or re.search(args.only, i)]
+        if args.reference:  # only what passed there (the measure is of those)
+            ids = [i for i in ids if args.reference.get(i, {}).get("outcome") == "passed"]
+        same_port = [i for i in ids if SAME_PORT.search(i)]
+        if same_port:
+            units.append({"family": family, "file": rel, "args": same_port, "name": f"{safe(rel)}.same_port"})
+            ids = [i for i in ids if i not in same_port]
+        size = args.chunk or len(ids) or 1
+        for n in range(0, len(ids), size):
+            units.append({"family": family, "file": rel, "args": ids[n:n + size], "name": f"{safe(rel)}.{n // size}"})
     return units, missing
 
 
-def run_unit(unit: dict, args: argparse.Namespace, src: Path, marker: str, out: Path) -> dict:
+# What run_bounded may take past a unit's limit: SIGINT's grace (60 s), SIGTERM's and SIGKILL's (15 s each).
+STOP_GRACE_S = 90
+MIN_UNIT_S = 30  # a unit that would get less than this under --budget is not started
+
+
+def unit_limit(args: argparse.Namespace, deadline: float | None) -> float:
+    """The unit's time limit: --timeout, cut so that the unit ends (grace included) before --budget does."""
+    if deadline is None:
+        return args.timeout
+    return min(args.timeout, deadline - time.monotonic() - STOP_GRACE_S)
+
+
+def run_unit(unit: dict, args: argparse.Namespace, src: Path, marker: str, out: Path,
+             deadline: float | None = None) -> dict:
+    limit = unit_limit(args, deadline)
+    if limit < MIN_UNIT_S:  # not run: --budget is spent; its tests are listed, not counted as failing
+        log(f"{unit['name']}: not started, --budget spent")
+        return {"unit": unit["name"], "file": unit["file"], "not_run": "budget spent",
+                "tests": [a for a in unit["args"] if "::" in a], "results": {}}
     junit = out / f"{unit['name']}.junit.xml"
     log_path = out / f"{unit['name']}.log"
     junit.unlink(missing_ok=True)
@@ -177,7 +223,7 @@ def run_unit(unit: dict, args: argparse.Namespace, src: Path, marker: str, out: 
     cwd = unit.get("cwd", src)
     flags = PYTEST_FLAGS + isolated(out, cwd)
     rc, timed_out, seconds = suite.run_bounded(launcher(args) + unit["args"] + flags + [f"--junitxml={junit}"],
-                                               environment(args, marker, extra), log_path, args.timeout, cwd=cwd)
+                                               environment(args, marker, extra), log_path, limit, cwd=cwd)
     results = {}
     for name, r in parse_junit_ids(junit).items():
         if args.only and not re.search(args.only, name):
@@ -248,12 +294,14 @@ def distributed_test_units(args: argparse.Namespace, marker: str, out: Path) -> 
     rel = str(suite.TEST_FILE.relative_to(REPO))
     log_path = out / "collect.distributed_test.log"
     suite.run_bounded(launcher(args) + [rel, "--collect-only", "-q", "-p", "no:cacheprovider", *isolated(out, REPO)],
-                      environment(args, marker, env), log_path, 600, cwd=REPO)
+                      environment(args, marker, env), log_path, collect_limit(args), cwd=REPO)
     prefix = f"{rel}::{suite.TEST_CLASS}::"
     names = [ln.strip()[len(prefix):] for ln in log_path.read_text().splitlines() if ln.strip().startswith(prefix)]
     units = []
     for subset, pattern in suite.SUBSETS.items():
         tests = [n for n in names if pattern.match(n) and (not args.only or re.search(args.only, n))]
+        if args.reference:  # only what passed there, as for the checkout's files
+            tests = [n for n in tests if args.reference.get(prefix + n, {}).get("outcome") == "passed"]
         size = args.chunk or len(tests) or 1
         for n in range(0, len(tests), size):
             units.append({"family": f"{DISTRIBUTED_TEST}:{subset}", "file": rel, "cwd": REPO,
@@ -271,7 +319,10 @@ def machine(args: argparse.Namespace) -> dict:
 
     info = {"torch": torch.__version__, "torch_git": getattr(torch.version, "git_version", None),
             "python": platform.python_version(), "host": platform.node(),
-            "mode": "real GPUs" if args.real else f"simgpu run --gpus {args.gpus}"}
+            "mode": "real GPUs" if args.real else f"simgpu run --gpus {args.gpus}",
+            "torch_cuda_build": torch.version.cuda}
+    if not args.real:
+        info["simulated_visibility"] = simulated_visibility(args.gpus, dict(os.environ))
     try:
         info["simgpu_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
                                                text=True, timeout=10).stdout.strip() or None
@@ -321,17 +372,26 @@ def run_main(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     marker = uuid.uuid4().hex
     t0 = time.monotonic()
+
+    def stop(signum: int, _frame: object) -> None:  # SIGTERM (a wrapper's timeout): end every unit first, so
+        suite.kill_leftovers(marker)  # that no test outlives the runner and the results written so far stand
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
     report = {"command": " ".join(shlex.quote(a) for a in sys.argv), "date": datetime.now(timezone.utc)
               .isoformat(timespec="seconds"), "machine": machine(args), "sources": sources(src),
               "gpus": args.gpus, "units": [], "missing": {}, "results": {}}
     try:
         units, report["missing"] = units_for(args, src, marker, out, report["results"]) if want_checkout else ([], {})
-        if args.families is None or DISTRIBUTED_TEST in args.families:
+        wants_dt = args.families is None or DISTRIBUTED_TEST in args.families
+        if wants_dt and not (args.files and not re.search(args.files, str(suite.TEST_FILE.relative_to(REPO)))):
             units += distributed_test_units(args, marker, out)
         log(f"{len(units)} units, {args.jobs} at a time, {len(report['missing'])} files missing from the checkout")
 
+        deadline = t0 + args.budget if args.budget else None
+
         def one(unit: dict) -> dict:
-            return run_unit(unit, args, src or REPO, marker, out)
+            return run_unit(unit, args, src or REPO, marker, out, deadline)
 
         def record(done: dict) -> None:
             report["results"].update(done.pop("results"))
@@ -359,6 +419,10 @@ def run_main(args: argparse.Namespace) -> int:
         print(f"  {family:28s} " + ", ".join(f"{n} {k}" for k, n in sorted(c.items())))
     for rel, family in report["missing"].items():
         print(f"  missing from the checkout ({family}): {rel}")
+    skipped = [u for u in report["units"] if u.get("not_run")]
+    if skipped:
+        print(f"  not started (--budget spent): {len(skipped)} units, "
+              f"{sum(len(u['tests']) for u in skipped)} tests listed under units[].tests")
     return 0
 
 
@@ -416,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--real", action="store_true", help="run on this machine's GPUs, not under simgpu")
     p.add_argument("--families", type=lambda s: s.split(","), default=None,
                    help=f"comma-separated subset of {', '.join([*FAMILIES, DISTRIBUTED_TEST])}")
+    p.add_argument("--files", default=None, help="regex on the files' paths: run only the files it matches")
     p.add_argument("-k", dest="k", default=None, help="pytest -k expression for every file")
     p.add_argument("--only", default=None, help="regex on test ids (with --chunk, applied before running)")
     p.add_argument("--chunk", type=int, default=0, help="split each file into groups of this many tests")
@@ -423,6 +488,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reference", type=Path, default=None,
                    help="results.json of a real-GPU run: run only the tests that passed there")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per unit (default 1800)")
+    p.add_argument("--budget", type=float, default=None,
+                   help="seconds for the whole run, collection included: each unit's limit is cut so that it ends "
+                        f"(stopping grace, {STOP_GRACE_S} s, included) in time; units that would get less than "
+                        f"{MIN_UNIT_S} s are not started and are listed under not_run (their tests count as not run)")
     p.add_argument("--test-timeout", type=float, default=None,
                    help="DISTRIBUTED_TESTS_DEFAULT_TIMEOUT: PyTorch's per-test limit for its multi-process tests "
                         "(300 s), which a loaded host can exceed before a test starts")

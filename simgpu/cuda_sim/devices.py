@@ -6,7 +6,10 @@ what makes views, `.data`, `detach()` and `nn.Parameter` share their base's devi
 torch keeps one Python object per storage, so the label lives as long as the storage does.
 
 The set of devices is fixed at first use, the way CUDA reads CUDA_VISIBLE_DEVICES once at
-initialisation: `SIMGPU_GPUS` physical devices, filtered and reordered by CUDA_VISIBLE_DEVICES.
+initialisation: `SIMGPU_GPUS` physical devices, filtered and reordered by CUDA_VISIBLE_DEVICES, or by
+SIMGPU_VISIBLE_DEVICES where that is set: on a host with real GPUs, a simulated run can hide them from
+the CUDA driver (CUDA_VISIBLE_DEVICES=, so that nothing the simulation misses reaches a real GPU) and
+still name its simulated ones.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from simgpu.cuda_sim.errors import GPUS_ENV, SimulationError
 
 LABEL = "_simgpu_device"
 MEMORY_ENV = "SIMGPU_GPU_MEMORY_GB"
+VISIBLE_ENV = "SIMGPU_VISIBLE_DEVICES"  # the simulated GPUs' CUDA_VISIBLE_DEVICES, where it must differ from the driver's
 DEFAULT_MEMORY_GB = memory_model.DEFAULT_CAP_GB  # the most a simulated GPU reports unless asked (an H200's HBM)
 
 
@@ -70,6 +74,12 @@ def parse_visible(spec: str | None, physical: int) -> list[int]:
     return visible
 
 
+def visible_spec() -> str | None:
+    """What filters the simulated GPUs: SIMGPU_VISIBLE_DEVICES if set (same syntax), else CUDA_VISIBLE_DEVICES."""
+    spec = os.environ.get(VISIBLE_ENV)
+    return spec if spec is not None else os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
 def uuid_of(physical_index: int) -> str:
     """A stable fake UUID per physical simulated GPU, so CUDA_VISIBLE_DEVICES=GPU-... works."""
     return f"GPU-5133c0de-0000-4000-8000-{physical_index:012d}"
@@ -94,8 +104,7 @@ def table() -> DeviceTable:
                 physical = int(os.environ.get(GPUS_ENV, "0") or 0)
                 asked = os.environ.get(MEMORY_ENV)
                 memory = int(float(asked) * 2**30) if asked else memory_model.default_capacity(physical)
-                _table = DeviceTable(physical, parse_visible(os.environ.get("CUDA_VISIBLE_DEVICES"), physical),
-                                     memory)
+                _table = DeviceTable(physical, parse_visible(visible_spec(), physical), memory)
     return _table
 
 

@@ -220,9 +220,17 @@ def _subclass_to(self: torch.Tensor, args: tuple, kwargs: dict) -> torch.Tensor:
     return _subclass_move(self, _cuda_device(target), kwargs)
 
 
+def _gpu_fake(t: torch.Tensor) -> bool:
+    """A FakeTensor on a simulated GPU: its C++ device is the host, its fake_device cuda:i (_make_subclass),
+    so torch's C++ Tensor.type() and type_as() would answer for the host."""
+    return not _plain(t) and getattr(getattr(t, "fake_device", None), "type", None) == "cuda"
+
+
 def _type(self: torch.Tensor, dtype: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
     """Tensor.type(): the type name (torch.cuda.FloatTensor on a simulated GPU), or a conversion to a
     legacy type, the CUDA ones included (onto the current GPU, as CUDA does)."""
+    if dtype is None and _gpu_fake(self):
+        return legacy_types.type_name(self, True) or _original["type"](self)
     if not _plain(self):
         return _original["type"](self, dtype, non_blocking, **kwargs)
     here = devices.device_of(self)
@@ -238,6 +246,8 @@ def _type(self: torch.Tensor, dtype: Any = None, non_blocking: bool = False, **k
 
 
 def _type_as(self: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    if _gpu_fake(other) or _gpu_fake(self):  # C++ would take other's options, the host's (_gpu_fake)
+        return self.to(device=other.device, dtype=other.dtype)
     if not (_plain(self) and _plain(other)):
         return _original["type_as"](self, other)
     return _to(self, other)

@@ -81,6 +81,12 @@ with fake_mode:
     fw, fx = fake_mode.from_tensor(real_w), fake_mode.from_tensor(real_x)
     (fx @ fw.t()).sum().backward()
     assert fw.device == torch.device("cuda:1") and fw.is_cuda and fw.get_device() == 1
+    # their legacy type names are CUDA's, and type_as keeps the GPU: DTensor's sharding propagation of
+    # dropout's backward (grad * mask.type_as(grad) * scale) on fakes (test_tp_style.py::test_sequence_parallel_style)
+    mask = torch.empty_strided((4, 8), (8, 1), dtype=torch.bool, device="cuda:1")
+    assert fx.type() == "torch.cuda.FloatTensor" and mask.type() == "torch.cuda.BoolTensor", (fx.type(), mask.type())
+    assert mask.type_as(fx).device == torch.device("cuda:1") and mask.type_as(fx).dtype == torch.float32
+    assert torch.ops.aten.native_dropout_backward(fx, mask, 2.0).device == torch.device("cuda:1")
 assert torch.cuda.memory_allocated(1) == held, (held, torch.cuda.memory_allocated(1))
 
 # a generator of a GPU pickles as torch.Generator, as CUDA's does, and comes back with its state

@@ -50,6 +50,24 @@ assert done is gathered
 torch.ops._c10d_functional.wait_tensor(done)
 assert gathered.tolist() == [0.0, 0.0, 1.0, 1.0] and gathered.device == torch.device("cuda", rank), gathered
 
+# c10d collectives on an NCCL group reach NCCL through the dispatcher, so a dispatch mode of the program's
+# sees each one (test_parallelize_api.py::test_parallelize_module_src_data_rank counts distribute_tensor's
+# scatter with CommDebugMode); the data still moves as without the mode
+from torch.distributed.tensor.debug import CommDebugMode  # noqa: E402
+
+received = torch.empty(2, device="cuda")
+for name, call in [("scatter", lambda: dist.scatter(received, [torch.full((2,), 5.0 + r, device="cuda")
+                                                               for r in range(2)] if rank == 1 else None, src=1)),
+                   ("broadcast", lambda: dist.broadcast(received, src=0)),
+                   ("allreduce", lambda: dist.all_reduce(received))]:
+    comm_mode = CommDebugMode()
+    with comm_mode:
+        call()
+    counts = {op._qualified_op_name if hasattr(op, "_qualified_op_name") else str(op): n
+              for op, n in comm_mode.get_comm_counts().items()}
+    assert comm_mode.get_total_counts() == 1 and list(counts) == [f"c10d::{name}_"], (name, counts)
+assert received.tolist() == [10.0, 10.0], received  # scattered 5 to rank 0, broadcast, summed over 2 ranks
+
 
 # FSDP2 CPU offload (test_fully_shard_state_dict.py::test_dp_state_dict_cpu_offload): a GPU state dict
 # loaded into a pinned-CPU-offload model is refused at lazy init, a host one is taken

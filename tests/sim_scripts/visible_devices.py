@@ -1,4 +1,5 @@
-"""Run under `simgpu run --gpus 4` with CUDA_VISIBLE_DEVICES=2,0,x,1: CUDA stops at the bad entry."""
+"""Run under `simgpu run --gpus 4` with CUDA_VISIBLE_DEVICES=2,0,x,1 (or CUDA_VISIBLE_DEVICES= and
+SIMGPU_VISIBLE_DEVICES=2,0,x,1): CUDA stops at the bad entry."""
 import torch
 
 assert torch.cuda.device_count() == 2, torch.cuda.device_count()
