@@ -64,10 +64,26 @@ def _host_answer(handler: Callable) -> Callable:
     return device_handler
 
 
+def _simulated_gpu_context(original: Callable) -> Callable:
+    def init_gpu_context(device: torch.device) -> None:
+        """A FakeTensor on a GPU makes one real tensor there first (fake_tensor.init_gpu_context), from inside
+        the fake mode's dispatch, where no simgpu mode sees it: on a CUDA build of torch that reached the CUDA
+        runtime ("No CUDA GPUs are available"). A simulated GPU needs no context: nothing to do."""
+        if torch.device(device).type != "cuda":
+            original(device)
+
+    init_gpu_context._simgpu_original = original  # type: ignore[attr-defined]
+    return init_gpu_context
+
+
 def install() -> None:
     """Describe simulated tensors to torch's fake-tensor machinery by their C++ (host) device."""
     from torch._subclasses import fake_tensor
     from torch._subclasses.fake_tensor import FakeTensor
+
+    original_init = getattr(fake_tensor, "init_gpu_context", None)
+    if original_init is not None and not hasattr(original_init, "_simgpu_original"):
+        fake_tensor.init_gpu_context = _simulated_gpu_context(original_init)
 
     if not hasattr(FakeTensor.__torch_dispatch__, "_simgpu_original"):
         FakeTensor.__torch_dispatch__ = _host_device_for_cpp(FakeTensor.__torch_dispatch__)

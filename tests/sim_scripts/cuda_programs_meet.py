@@ -88,6 +88,18 @@ with fake_mode:
     assert mask.type_as(fx).device == torch.device("cuda:1") and mask.type_as(fx).dtype == torch.float32
     assert torch.ops.aten.native_dropout_backward(fx, mask, 2.0).device == torch.device("cuda:1")
 assert torch.cuda.memory_allocated(1) == held, (held, torch.cuda.memory_allocated(1))
+# a FakeTensor on a GPU first makes a real tensor there (fake_tensor.init_gpu_context; torch 2.11 does it for
+# every fake GPU device): under simulation that is the simulated GPU's business, and no tensor is made (on a
+# CUDA build of torch 2.11 the real one reached the CUDA runtime: "No CUDA GPUs are available", 10 of
+# PyTorch's own DTensor/FSDP2 tests on the GPU box)
+from torch._subclasses import fake_tensor  # noqa: E402
+
+assert hasattr(fake_tensor.init_gpu_context, "_simgpu_original")  # torch 2.13's own skips it (a device == str compare)
+real_empty, torch.empty = torch.empty, None  # any tensor made now fails
+try:
+    fake_tensor.init_gpu_context(torch.device("cuda", 1))
+finally:
+    torch.empty = real_empty
 
 # a generator of a GPU pickles as torch.Generator, as CUDA's does, and comes back with its state
 g = torch.Generator(device="cuda:1").manual_seed(5)
