@@ -10,6 +10,7 @@ refused in one line (cuDNN is not simulated).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -157,10 +158,14 @@ def _empty_strided_on_gpu(size: Any, stride: Any, *, dtype: Any = None, layout: 
 
 
 def install() -> None:
-    """Register the CUDA allocation kernels (the CPU wheel has none)."""
+    """Register the CUDA allocation kernels: the CPU wheel has none, and a CUDA wheel's would call the CUDA
+    runtime. Factories reach them from C++ with device="cuda" where no simgpu mode sees the call (a tracer
+    running ops for real below placement, as make_fx does for flex attention's backward)."""
     global _library
-    if _library is not None or torch._C._dispatch_has_kernel_for_dispatch_key("aten::empty_strided", "CUDA"):
+    if _library is not None:
         return
     _library = torch.library.Library("aten", "IMPL")  # noqa: TOR901 - kernels for aten's own ops
-    _library.impl("empty.memory_format", _empty_on_gpu, "CUDA")
-    _library.impl("empty_strided", _empty_strided_on_gpu, "CUDA")
+    with warnings.catch_warnings():  # a CUDA wheel warns that its own kernels are overridden: on purpose
+        warnings.simplefilter("ignore")
+        _library.impl("empty.memory_format", _empty_on_gpu, "CUDA")
+        _library.impl("empty_strided", _empty_strided_on_gpu, "CUDA")

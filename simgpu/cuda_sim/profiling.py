@@ -23,7 +23,9 @@ def _host_only(init: Any) -> Any:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         global _said
         if kwargs.get("use_device") == "cuda" or kwargs.get("use_cuda"):
-            kwargs["use_device"], kwargs["use_cuda"] = None, False
+            kwargs["use_device"] = None
+            if "use_cuda" in kwargs:  # deprecated, and gone from newer torch
+                kwargs["use_cuda"] = False
             if not _said:
                 _said = True
                 print(NOTE, file=sys.stderr)
