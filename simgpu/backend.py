@@ -54,6 +54,7 @@ from torch._C._distributed_c10d import (
 
 from simgpu import comm_log, faults, gloo_listener
 from simgpu import nccl_rules as rules
+from simgpu.cuda_sim import placement, plan
 from simgpu.cuda_sim.tensors import suspended
 from simgpu.p2p_check import P2PChecker
 from simgpu.p2p_pairs import PairRendezvous
@@ -224,6 +225,35 @@ class _SendHandle:
 
 
 # ----------------------------------------------------------------------------- tensor helpers
+def _any_meta(args: Sequence[Any]) -> bool:
+    """Whether a collective's arguments hold a storage-less (plan) tensor."""
+    for arg in args:
+        if isinstance(arg, Tensor):
+            if placement.storage_less(arg):
+                return True
+        elif isinstance(arg, (list, tuple)) and _any_meta(arg):
+            return True
+    return False
+
+
+class _Moved(dist.Work):
+    """The finished transfer of a plan's collective: storage-less tensors have no bytes to move."""
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        fut: torch.futures.Future = torch.futures.Future()
+        fut.set_result([])
+        return fut
+
+
 def _raw(t: Tensor) -> Tensor:
     """1-D view of a dense tensor's memory in memory order (what NCCL reads and writes).
 
@@ -280,6 +310,7 @@ def _collective(op: str) -> Callable:
             try:
                 faults.before_collective(self, op, args)  # injected faults (simgpu.faults); a no-op unless armed
                 self._local.described = None
+                self._local.no_data = placement._storage_less and _any_meta(args)  # a plan: nothing to move
                 with suspended():  # the simulator's own tensors are plumbing, not simulated-GPU code
                     result = method(self, *args, **kwargs)
                 if isinstance(result, SimWork):
@@ -287,6 +318,8 @@ def _collective(op: str) -> Callable:
                 self._batched(result)
                 if comm_log.ACTIVE is not False:  # SIMGPU_PREDICT: count it for the cost model
                     comm_log.record(op, self.size(), args)
+                if plan.RECORDER is not None:
+                    plan.RECORDER.collective(op, self.size(), args)
                 return result
             except Exception as exc:
                 if not self._local.checked:
@@ -403,6 +436,8 @@ class SimProcessGroup(dist.ProcessGroup):
         """Start this call's gloo operation once its strict check has passed, in the group's issue
         order (simgpu.issue_order): a handle for SimWork, returned before the other ranks arrive."""
         ticket, self._local.ticket = getattr(self._local, "ticket", None), None
+        if getattr(self._local, "no_data", False):
+            start = _Moved  # a plan's storage-less tensors: checked across ranks, nothing to move
         return self._issuer.submit(ticket, start)
 
     def _single(self, tensors: Sequence[Tensor], op: str, unconvertible: bool = False) -> tuple[Tensor, str]:

@@ -468,6 +468,13 @@ def run(func: Any, args: tuple, kwargs: dict, index: int) -> Any:
     packet = func.overloadpacket.__name__
     if packet not in PACKETS:
         return NotImplemented
+    from simgpu.cuda_sim import placement
+
+    if placement._storage_less and _storage_less_draw(func, args, kwargs):
+        kwargs = {k: v for k, v in kwargs.items() if k != "generator"}  # a plan's large draw: no numbers
+        if any(a.name == "device" for a in func._schema.arguments):
+            kwargs["device"] = placement.backing()
+        return func(*args, **kwargs)
     bound = dict(zip((a.name for a in func._schema.arguments), args))
     bound.update(kwargs)
     stream = generators.stream_for(bound.get("generator"), index)
@@ -483,6 +490,16 @@ def run(func: Any, args: tuple, kwargs: dict, index: int) -> Any:
     if overload.endswith("out") and packet == "normal":
         return NotImplemented
     return _factory(bound, stream, packet, overload, func)
+
+
+def _storage_less_draw(func: Any, args: tuple, kwargs: dict) -> bool:
+    """In a plan: whether this draw makes or fills a storage-less tensor (large, or one without data)."""
+    from simgpu.cuda_sim import placement
+
+    target = next(placement.tensors_of(args, kwargs), None)
+    if target is not None:
+        return placement.storage_less(target) or not placement.keeps_data(target)
+    return placement.factory_backing(func, args, {k: v for k, v in kwargs.items() if k != "generator"}).type == "meta"
 
 
 # ---- dropout: CUDA runs the fused kernel (native_dropout) where a CPU tensor takes bernoulli_ ------
