@@ -236,6 +236,9 @@ def _any_meta(args: Sequence[Any]) -> bool:
     return False
 
 
+_PLAN_TOKEN = torch.zeros(1, dtype=torch.uint8)  # what a plan sends for a storage-less tensor: no bytes but one
+
+
 class _Moved(dist.Work):
     """The finished transfer of a plan's collective: storage-less tensors have no bytes to move."""
 
@@ -890,7 +893,7 @@ class SimProcessGroup(dist.ProcessGroup):
         self._pairs.first_contact(dst, "send")
         wire_tag = self._p2p_tag(tag)  # the check pairs messages as the wire does
         posted = self._p2p.post("send", dst, wire_tag, t)
-        payload = _raw_bytes(t.contiguous())
+        payload = _PLAN_TOKEN.clone() if placement.storage_less(t) else _raw_bytes(t.contiguous())
         if posted is None:
             inner = self._gloo.send([payload], dst, wire_tag)
         else:
@@ -924,6 +927,8 @@ class SimProcessGroup(dist.ProcessGroup):
         gloo aborts the receiving process (SIGABRT) on a message larger than the buffer; this way the pair's
         stream stays in step and both ranks raise P2PMismatch from the check (issue 28)."""
         expects = self._p2p.expected_bytes(posted)
+        if expects is not None and placement._storage_less and payload.numel() == 1:
+            expects = None  # a plan's storage-less message: one byte keeps the pair in step (_PLAN_TOKEN)
         if expects is not None and expects != payload.numel():
             resized = torch.zeros(expects, dtype=torch.uint8)
             n = min(expects, payload.numel())
@@ -941,14 +946,16 @@ class SimProcessGroup(dist.ProcessGroup):
             self._batched(own)
             return own
         self._pairs.first_contact(src, "recv")
-        target = _contiguous(t)
+        no_data = placement.storage_less(t)
+        target = t if no_data else _contiguous(t)
         posted = self._p2p.post("recv", src, self._p2p_tag(tag), t)
 
         def finish() -> None:
             self._p2p.verify(posted)
             if target is not t:
                 t.copy_(target)
-        work = SimWork(self._gloo.recv([_raw_bytes(target)], src, self._p2p_tag(tag)), [t], finish)
+        wire = _PLAN_TOKEN.clone() if no_data else _raw_bytes(target)
+        work = SimWork(self._gloo.recv([wire], src, self._p2p_tag(tag)), [t], finish)
         work.what = _p2p_what("recv", src, t, posted)
         self._batched(work)
         if comm_log.ACTIVE is not False:
