@@ -322,7 +322,7 @@ def _collective(op: str) -> Callable:
                 if comm_log.ACTIVE is not False:  # SIMGPU_PREDICT: count it for the cost model
                     comm_log.record(op, self.size(), args)
                 if plan.RECORDER is not None:
-                    plan.RECORDER.collective(op, self.size(), args)
+                    plan.RECORDER.collective(op, self.size(), args, id(self))
                 return result
             except Exception as exc:
                 if not self._local.checked:

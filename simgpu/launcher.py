@@ -191,10 +191,12 @@ def _run_plan(cmd: list[str], gpu_name: str, env: dict[str, str], memory_gb: flo
         gpu = gpu_specs.gpu(gpu_name)
     except gpu_specs.UnknownGPU as exc:
         raise SystemExit(f"simgpu run: --plan: {exc}") from None
-    folder = tempfile.mkdtemp(prefix="simgpu-plan-")
+    keep = env.get(plan.ENV_DIR)  # set by the caller: the ranks' plan files stay there (plan_reference/compare.py)
+    folder = keep or tempfile.mkdtemp(prefix="simgpu-plan-")
     env = {**env, plan.ENV_GPU: gpu.name, plan.ENV_DIR: folder}
     if memory_gb is None:
         env["SIMGPU_GPU_MEMORY_GB"] = repr((gpu.total_memory - gpu.context_bytes - gpu.nccl_bytes_per_comm) / 2**30)
+        # (one communicator's buffers assumed: a program with several has less for its tensors)
     try:
         code = _run(cmd, env, timeout, use_template)
         plans = plan.read_plans(folder)
@@ -203,7 +205,8 @@ def _run_plan(cmd: list[str], gpu_name: str, env: dict[str, str], memory_gb: flo
         sys.stderr.flush()
         return code
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _run(cmd: list[str], env: dict[str, str], timeout: float | None, use_template: bool = True) -> int:

@@ -474,7 +474,8 @@ class _Op:
         packet = func.overloadpacket
         arguments = {a.name for a in func._schema.arguments}
         # the C++ entry point, without OpOverload.__call__'s frame; for ops torch has only for CUDA, a stand-in
-        self.run = STAND_INS.get(packet) or getattr(func, "_op", func)
+        self.run = (None if _storage_less and _has_meta_kernel(func) else STAND_INS.get(packet)) \
+            or getattr(func, "_op", func)  # a plan runs CUDA-only ops' meta kernels: no stand-in's host math
         self.special = _SPECIAL.get(packet)
         self.pairs_lists = pairs_lists(packet.__name__)
         self.has_device = "device" in arguments
@@ -488,6 +489,13 @@ class _Op:
 
 _OPS: dict[Any, _Op] = {}
 _COMPOSITE_KEY = torch._C.DispatchKey.CompositeImplicitAutograd
+
+
+def _has_meta_kernel(func: Any) -> bool:
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "Meta")
+    except RuntimeError:
+        return False
 
 
 def _has_composite_kernel(func: Any) -> bool:

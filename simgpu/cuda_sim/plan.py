@@ -55,6 +55,7 @@ class Recorder:
         self.steps: list[dict[str, float]] = []
         self.current = self._empty()
         self.unpriced: dict[str, int] = {}
+        self.groups: set[int] = set()
 
     @staticmethod
     def _empty() -> dict[str, float]:
@@ -76,8 +77,11 @@ class Recorder:
             c["bytes"] += moved
             c["compute_us"] += max(seconds * 1e6, MIN_KERNEL_US)
 
-    def collective(self, op: str, n: int, args: Sequence[Any]) -> None:
+    def collective(self, op: str, n: int, args: Sequence[Any], group: int = 0) -> None:
         from simgpu import collective_facts, comm_log, cost_model
+
+        if n > 1 and op not in ("send", "recv"):
+            self.groups.add(group)  # NCCL makes a group's communicator (and its buffers) at its first collective
 
         try:
             nbytes = comm_log.nccl_tests_bytes(op, n, args)
@@ -108,7 +112,8 @@ class Recorder:
                 memory[str(i)] = {"max_allocated": m.peak_allocated, "max_reserved": m.peak_reserved,
                                   "capacity": m.capacity}
         return {"pid": os.getpid(), "rank": _rank(), "world_size": _world(), "gpu": self.gpu.name,
-                "steps": self.steps, "after_last_step": self.current, "memory": memory, "unpriced": self.unpriced}
+                "steps": self.steps, "after_last_step": self.current, "memory": memory, "unpriced": self.unpriced,
+                "communicators": len(self.groups)}
 
 
 RECORDER: Recorder | None = None
@@ -259,7 +264,8 @@ def summarize(plans: Sequence[dict]) -> list[dict]:
         for index, mem in sorted(plan["memory"].items()):
             rows.append({"rank": plan["rank"], "gpu_index": int(index), "steps": len(plan["steps"]),
                          "max_allocated": mem["max_allocated"], "max_reserved": mem["max_reserved"],
-                         "device_total": mem["max_reserved"] + gpu.context_bytes + gpu.nccl_bytes_per_comm,
+                         "device_total": mem["max_reserved"] + gpu.context_bytes
+                         + gpu.nccl_bytes_per_comm * max(1, plan.get("communicators", 1)),
                          "compute_us": compute, "comm_us": comm, "serial_us": compute + comm,
                          "overlapped_us": max(compute, comm)})
     return rows
@@ -279,7 +285,8 @@ def summary_lines(plans: Sequence[dict], gpu_name: str) -> list[str]:
         lines.append(f"{r['rank']:>4} {r['gpu_index']:>3} {r['max_allocated'] / gib:>9.2f} {r['max_reserved'] / gib:>9.2f} "
                      f"{r['device_total'] / gib:>9.2f} {r['steps']:>5} {r['compute_us'] / 1e3:>10.2f} "
                      f"{r['comm_us'] / 1e3:>8.2f} {r['overlapped_us'] / 1e3:>13.2f} .. {r['serial_us'] / 1e3:<.2f}")
-    lines.append(f"(+ctx+NCCL adds {gpu.context_bytes >> 20} MiB CUDA context and {gpu.nccl_bytes_per_comm >> 20} MiB "
-                 f"NCCL buffers, stated constants; rates: {'calibrated' if gpu.calibrated else 'datasheet x derating, uncalibrated'}; "
+    lines.append(f"(+ctx+NCCL adds the CUDA context, {gpu.context_bytes >> 20} MiB, and {gpu.nccl_bytes_per_comm >> 20} MiB "
+                 f"of NCCL buffers per communicator the rank used, as measured on 4x H200; rates: "
+                 f"{'measured, ' + gpu.source if gpu.calibrated else 'datasheet x derating, uncalibrated'}; "
                  f"communication: cost model preset {gpu.comm_machine})")
     return lines

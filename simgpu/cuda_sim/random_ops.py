@@ -314,7 +314,10 @@ def _factory_result(func: Any, bound: dict) -> torch.Tensor:
         meta_kwargs["generator"] = None
     meta_kwargs.update(device=torch.device("meta"), pin_memory=None)
     positional = [bound[name] for name in _positional_names(func)]
-    meta = func(*positional, **meta_kwargs)
+    from simgpu.cuda_sim import placement
+
+    with placement.elsewhere_requested():  # simgpu's own shape probe: torch's meta device, also in a plan
+        meta = func(*positional, **meta_kwargs)
     return torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype)
 
 
@@ -357,7 +360,10 @@ def _randperm(bound: dict, stream: Any, out_variant: bool) -> Any:
         result = bound["out"]
     else:
         dtype = bound.get("dtype") or torch.int64
-        torch.randperm(n, dtype=dtype, device="meta")  # torch's checks of n and the dtype
+        from simgpu.cuda_sim import placement
+
+        with placement.elsewhere_requested():
+            torch.randperm(n, dtype=dtype, device="meta")  # torch's checks of n and the dtype
         result = torch.empty(n, dtype=dtype)
     if n < 0:
         raise RuntimeError(f"n must be non-negative, got{n}")
