@@ -91,3 +91,22 @@ def test_op_prices() -> None:
     step = recorder.steps[0]
     assert step["ops"] == 2 and step["flops"] == 2 * 4096 ** 3
     assert step["compute_us"] == pytest.approx(expected_mm + expected_add)
+
+
+def test_plan_attention_takes_cudas_kernel(tmp_path: Path) -> None:
+    """SDPA on storage-less tensors runs CUDA's choice (flash here) through its meta kernel, and simgpu's own
+    checks on torch's meta device charge nothing: the forward's peak is the run with data's (16.5 MiB), not
+    the math path's S x S matrices (1236 MiB before the fix)."""
+    script = tmp_path / "attention.py"
+    script.write_text("import torch, torch.nn.functional as F\n"
+                      "q = torch.randn(8, 16, 1024, 64, device='cuda', dtype=torch.bfloat16, requires_grad=True)\n"
+                      "torch.cuda.reset_peak_memory_stats()\n"
+                      "base = torch.cuda.memory_allocated()\n"
+                      "out = F.scaled_dot_product_attention(q, q, q, is_causal=True)\n"
+                      "print('peak', torch.cuda.max_memory_allocated() - base, type(out.grad_fn).__name__)\n")
+    data = simgpu_run("--gpus", "1", sys.executable, str(script))
+    plan = simgpu_run("--gpus", "1", "--plan", "h200-141g", sys.executable, str(script))
+    assert data.returncode == 0 and plan.returncode == 0, data.stderr + plan.stderr
+    line = [ln for ln in plan.stdout.splitlines() if ln.startswith("peak")]
+    assert line == [ln for ln in data.stdout.splitlines() if ln.startswith("peak")]
+    assert line[0].endswith("ScaledDotProductFlashAttentionBackward0") and int(line[0].split()[1]) < 20 << 20
