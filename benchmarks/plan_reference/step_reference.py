@@ -57,6 +57,8 @@ class Config:
 
 SIZES = {
     "tiny": Config(vocab=256, dim=64, heads=4, layers=4, seq=32, batch=8),
+    "wide": Config(vocab=32768, dim=1024, heads=16, layers=2, seq=16, batch=4),  # 93 M params, few tokens:
+    # runs with data on CPU processes, to compare a plan with the simulation with data at a real width
     "small": Config(vocab=32768, dim=1024, heads=16, layers=4, seq=1024, batch=8),
     "medium": Config(vocab=32768, dim=2048, heads=16, layers=8, seq=2048, batch=4),
     "large": Config(vocab=32768, dim=4096, heads=32, layers=8, seq=4096, batch=2),  # DDP: ~50 GB a GPU
