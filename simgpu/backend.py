@@ -54,6 +54,7 @@ from torch._C._distributed_c10d import (
 
 from simgpu import collective_echo, comm_log, faults, gloo_listener
 from simgpu import nccl_rules as rules
+from simgpu.cuda_sim import placement, plan
 from simgpu.cuda_sim.tensors import suspended
 from simgpu.p2p_check import P2PChecker
 from simgpu.p2p_pairs import PairRendezvous
@@ -224,6 +225,38 @@ class _SendHandle:
 
 
 # ----------------------------------------------------------------------------- tensor helpers
+def _any_meta(args: Sequence[Any]) -> bool:
+    """Whether a collective's arguments hold a storage-less (plan) tensor."""
+    for arg in args:
+        if isinstance(arg, Tensor):
+            if placement.storage_less(arg):
+                return True
+        elif isinstance(arg, (list, tuple)) and _any_meta(arg):
+            return True
+    return False
+
+
+_PLAN_TOKEN = torch.zeros(1, dtype=torch.uint8)  # what a plan sends for a storage-less tensor: no bytes but one
+
+
+class _Moved(dist.Work):
+    """The finished transfer of a plan's collective: storage-less tensors have no bytes to move."""
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        fut: torch.futures.Future = torch.futures.Future()
+        fut.set_result([])
+        return fut
+
+
 def _raw(t: Tensor) -> Tensor:
     """1-D view of a dense tensor's memory in memory order (what NCCL reads and writes).
 
@@ -281,6 +314,7 @@ def _collective(op: str) -> Callable:
                 collective_echo.echo(op, method, self, args, kwargs)  # what NCCL shows the program's dispatch modes
                 faults.before_collective(self, op, args)  # injected faults (simgpu.faults); a no-op unless armed
                 self._local.described = None
+                self._local.no_data = placement._storage_less and _any_meta(args)  # a plan: nothing to move
                 with suspended():  # the simulator's own tensors are plumbing, not simulated-GPU code
                     result = method(self, *args, **kwargs)
                 if isinstance(result, SimWork):
@@ -288,6 +322,8 @@ def _collective(op: str) -> Callable:
                 self._batched(result)
                 if comm_log.ACTIVE is not False:  # SIMGPU_PREDICT: count it for the cost model
                     comm_log.record(op, self.size(), args)
+                if plan.RECORDER is not None:
+                    plan.RECORDER.collective(op, self.size(), args, id(self))
                 return result
             except Exception as exc:
                 if not self._local.checked:
@@ -410,6 +446,8 @@ class SimProcessGroup(PythonGroupNames, dist.ProcessGroup):
         """Start this call's gloo operation once its strict check has passed, in the group's issue
         order (simgpu.issue_order): a handle for SimWork, returned before the other ranks arrive."""
         ticket, self._local.ticket = getattr(self._local, "ticket", None), None
+        if getattr(self._local, "no_data", False):
+            start = _Moved  # a plan's storage-less tensors: checked across ranks, nothing to move
         return self._issuer.submit(ticket, start)
 
     def _single(self, tensors: Sequence[Tensor], op: str, unconvertible: bool = False) -> tuple[Tensor, str]:
@@ -862,7 +900,7 @@ class SimProcessGroup(PythonGroupNames, dist.ProcessGroup):
         self._pairs.first_contact(dst, "send")
         wire_tag = self._p2p_tag(tag)  # the check pairs messages as the wire does
         posted = self._p2p.post("send", dst, wire_tag, t)
-        payload = _raw_bytes(t.contiguous())
+        payload = _PLAN_TOKEN.clone() if placement.storage_less(t) else _raw_bytes(t.contiguous())
         if posted is None:
             inner = self._gloo.send([payload], dst, wire_tag)
         else:
@@ -896,6 +934,8 @@ class SimProcessGroup(PythonGroupNames, dist.ProcessGroup):
         gloo aborts the receiving process (SIGABRT) on a message larger than the buffer; this way the pair's
         stream stays in step and both ranks raise P2PMismatch from the check (issue 28)."""
         expects = self._p2p.expected_bytes(posted)
+        if expects is not None and placement._storage_less and payload.numel() == 1:
+            expects = None  # a plan's storage-less message: one byte keeps the pair in step (_PLAN_TOKEN)
         if expects is not None and expects != payload.numel():
             resized = torch.zeros(expects, dtype=torch.uint8)
             n = min(expects, payload.numel())
@@ -913,14 +953,16 @@ class SimProcessGroup(PythonGroupNames, dist.ProcessGroup):
             self._batched(own)
             return own
         self._pairs.first_contact(src, "recv")
-        target = _contiguous(t)
+        no_data = placement.storage_less(t)
+        target = t if no_data else _contiguous(t)
         posted = self._p2p.post("recv", src, self._p2p_tag(tag), t)
 
         def finish() -> None:
             self._p2p.verify(posted)
             if target is not t:
                 t.copy_(target)
-        work = SimWork(self._gloo.recv([_raw_bytes(target)], src, self._p2p_tag(tag)), [t], finish)
+        wire = _PLAN_TOKEN.clone() if no_data else _raw_bytes(target)
+        work = SimWork(self._gloo.recv([wire], src, self._p2p_tag(tag)), [t], finish)
         work.what = _p2p_what("recv", src, t, posted)
         self._batched(work)
         if comm_log.ACTIVE is not False:

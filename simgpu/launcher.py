@@ -11,6 +11,9 @@ launcher goes away), so nothing outlives the run.
 `--predict MACHINE` (a simgpu.cost_model preset, e.g. h200-nvlink4) has every rank record the
 collectives it ran (simgpu.comm_log) into a temporary folder; when the program ends the launcher
 prints, on stderr, the predicted GPU communication time of what it executed on that machine.
+
+`--plan GPU` runs the program on storage-less GPUs of that model and prints each GPU's peak memory and a
+step-time estimate (simgpu.cuda_sim.plan, docs/plan-mode.md).
 """
 from __future__ import annotations
 
@@ -49,6 +52,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--predict", default=None, metavar="MACHINE",
                      help="at the end, print the predicted GPU time of the collectives the program ran on this "
                           f"machine (a simgpu.cost_model preset: {', '.join(presets())})")
+    run.add_argument("--plan", default=None, metavar="GPU",
+                     help="plan the run for this GPU without computing anything: storage-less tensors, the caching "
+                          "allocator's peaks and OutOfMemoryError at its size, a step-time estimate (docs/plan-mode.md; "
+                          f"GPUs: {', '.join(_plan_gpus())})")
     run.add_argument("--no-template", action="store_true",
                      help="start every Python process of the program on its own (each imports torch), not as a "
                           f"fork of the run's warm template (also: {OFF_ENV}=1; docs/warm-template.md)")
@@ -86,6 +93,12 @@ def command_line(target: str | None, module: str | None, args: list[str]) -> lis
     return [target, *args]
 
 
+def _plan_gpus() -> list[str]:
+    from simgpu.cuda_sim.gpu_specs import GPUS
+
+    return sorted(GPUS)
+
+
 def environment(gpus: int, memory_gb: float | None, timeout: float | None = None,
                 sim_interface: str | None = None) -> dict[str, str]:
     """The program's environment. With --timeout, the strict deadline sits below it (unless
@@ -121,13 +134,15 @@ def check_installed_torch() -> None:
 
 
 def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: float | None = None,
-        predict: str | None = None, template: bool = True, sim_interface: str | None = None) -> int:
+        predict: str | None = None, template: bool = True, sim_interface: str | None = None,
+        plan: str | None = None) -> int:
     """Run `cmd` on `gpus` simulated GPUs; its exit status (124 after a timeout).
 
     predict: a cost-model machine preset; the predicted communication time is printed at the end.
     template: start the program's Python processes as forks of a warm template (simgpu.template),
     unless SIMGPU_NO_TEMPLATE=1.
-    sim_interface: this node's network interface when the world spans hosts (`gpus` is this node's)."""
+    sim_interface: this node's network interface when the world spans hosts (`gpus` is this node's).
+    plan: a GPU (simgpu.cuda_sim.gpu_specs) to plan the run for, without data (docs/plan-mode.md)."""
     template = template and os.environ.get(OFF_ENV) != "1"
     for name, value in (("--timeout", timeout), ("--memory-gb", memory_gb)):
         if value is not None and not 0 < value < float("inf"):
@@ -139,7 +154,12 @@ def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: floa
         settings.check_environment(world_size=gpus, where=f"simgpu run --gpus {gpus} (one rank per GPU)")
     except ValueError as exc:
         raise SystemExit(f"simgpu run: {exc}") from None
+    if plan is not None and predict is not None:
+        raise SystemExit("simgpu run: --plan prices the collectives itself (on its GPU's cost-model preset); "
+                         "leave out --predict")
     check_installed_torch()
+    if plan is not None:
+        return _run_plan(cmd, plan, environment(gpus, memory_gb, timeout, sim_interface), memory_gb, timeout, template)
     if predict is None:
         return _run(cmd, environment(gpus, memory_gb, timeout, sim_interface), timeout, template)
     from simgpu import comm_log, cost_model
@@ -159,6 +179,34 @@ def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: floa
         return code
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run_plan(cmd: list[str], gpu_name: str, env: dict[str, str], memory_gb: float | None, timeout: float | None,
+              use_template: bool) -> int:
+    """A plan (docs/plan-mode.md): each GPU's allocator gets what the named GPU leaves it after the CUDA
+    context and NCCL's buffers (unless --memory-gb says otherwise); the plan's table is printed at the end."""
+    from simgpu.cuda_sim import gpu_specs, plan
+
+    try:
+        gpu = gpu_specs.gpu(gpu_name)
+    except gpu_specs.UnknownGPU as exc:
+        raise SystemExit(f"simgpu run: --plan: {exc}") from None
+    keep = env.get(plan.ENV_DIR)  # set by the caller: the ranks' plan files stay there (plan_reference/compare.py)
+    folder = keep or tempfile.mkdtemp(prefix="simgpu-plan-")
+    env = {**env, plan.ENV_GPU: gpu.name, plan.ENV_DIR: folder}
+    if memory_gb is None:
+        env["SIMGPU_GPU_MEMORY_GB"] = repr((gpu.total_memory - gpu.context_bytes - gpu.nccl_bytes_per_comm) / 2**30)
+        # (one communicator's buffers assumed: a program with several has less for its tensors)
+    try:
+        code = _run(cmd, env, timeout, use_template)
+        plans = plan.read_plans(folder)
+        lines = plan.summary_lines(plans, gpu.name) if plans else ["simgpu plan: no process used a GPU"]
+        sys.stderr.write("\n".join(["", *lines, ""]))
+        sys.stderr.flush()
+        return code
+    finally:
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _run(cmd: list[str], env: dict[str, str], timeout: float | None, use_template: bool = True) -> int:
@@ -224,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["--"]:
         args = args[1:]
     return run(ns.gpus, command_line(ns.target, ns.module, args), ns.memory_gb, ns.timeout, ns.predict,
-               template=not ns.no_template, sim_interface=ns.sim_interface)
+               template=not ns.no_template, sim_interface=ns.sim_interface, plan=ns.plan)
 
 
 if __name__ == "__main__":

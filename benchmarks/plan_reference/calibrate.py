@@ -212,6 +212,8 @@ def main() -> None:
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda":
+        if device.index is None:  # set_device needs an index ("cuda" alone raises ValueError)
+            device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
     timer = Timer(device, args.warmup, args.repeats)
     started = time.perf_counter()

@@ -57,6 +57,8 @@ class Config:
 
 SIZES = {
     "tiny": Config(vocab=256, dim=64, heads=4, layers=4, seq=32, batch=8),
+    "wide": Config(vocab=32768, dim=1024, heads=16, layers=2, seq=16, batch=4),  # 93 M params, few tokens:
+    # runs with data on CPU processes, to compare a plan with the simulation with data at a real width
     "small": Config(vocab=32768, dim=1024, heads=16, layers=4, seq=1024, batch=8),
     "medium": Config(vocab=32768, dim=2048, heads=16, layers=8, seq=2048, batch=4),
     "large": Config(vocab=32768, dim=4096, heads=32, layers=8, seq=4096, batch=2),  # DDP: ~50 GB a GPU
@@ -240,8 +242,10 @@ def device_used(device: torch.device) -> int | None:
     return total - free
 
 
-def measure(layout: str, c: Config, device: torch.device, warmup: int, steps: int) -> dict:
-    """Build, train and time one layout from a clean allocator; this rank's figures."""
+def measure(layout: str, c: Config, device: torch.device, warmup: int, steps: int,
+            snapshot: str | None = None) -> dict:
+    """Build, train and time one layout from a clean allocator; this rank's figures. With `snapshot` (a
+    file), the caching allocator's history of the layout is dumped there (torch.cuda.memory._dump_snapshot)."""
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -249,6 +253,8 @@ def measure(layout: str, c: Config, device: torch.device, warmup: int, steps: in
     before = {"allocated": torch.cuda.memory_allocated(device), "reserved": torch.cuda.memory_reserved(device),
               "device_used": device_used(device)} if device.type == "cuda" else {}
     started = time.perf_counter()
+    if snapshot and device.type == "cuda":
+        torch.cuda.memory._record_memory_history(max_entries=500000)
     run = Run(layout, c, device)
     times = []
     for i in range(warmup + steps):
@@ -269,6 +275,9 @@ def measure(layout: str, c: Config, device: torch.device, warmup: int, steps: in
                    allocated=torch.cuda.memory_allocated(device), reserved=torch.cuda.memory_reserved(device),
                    alloc_retries=stats.get("num_alloc_retries", 0), ooms=stats.get("num_ooms", 0),
                    device_used=device_used(device))
+    if snapshot and device.type == "cuda":
+        torch.cuda.memory._dump_snapshot(snapshot)
+        torch.cuda.memory._record_memory_history(enabled=None)
     del run  # its process groups stay (a mesh dimension over the whole world is the default group)
     return out
 
@@ -284,6 +293,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=180,
                         help="process-group timeout, seconds: a rank left waiting (another one's OOM) ends")
     parser.add_argument("--out", required=True, help="rank 0 appends one JSON line per layout")
+    parser.add_argument("--snapshot", default=None, metavar="DIR",
+                        help="dump each rank's allocator history per layout to DIR/<size>-<layout>-rank<r>.pickle "
+                             "(torch.cuda.memory._dump_snapshot; for finding where a plan's peak differs)")
     args = parser.parse_args()
 
     if args.device == "cuda":
@@ -314,7 +326,8 @@ def main() -> None:
             record = {"size": size, "config": asdict(c), "params": c.params, "layout": layout,
                       "mesh": dict(zip(("pp", "dp", "tp"), mesh_shape(layout, world))), "environment": environment}
             try:
-                mine = measure(layout, c, device, args.warmup, args.steps)
+                snapshot = os.path.join(args.snapshot, f"{size}-{layout}-rank{rank}.pickle") if args.snapshot else None
+                mine = measure(layout, c, device, args.warmup, args.steps, snapshot)
             except torch.OutOfMemoryError as error:  # a layout too big for this GPU: recorded, the rest go on
                 mine = {"rank": rank, "error": str(error).splitlines()[0][:300]}
             ranks: list = [None] * world

@@ -57,6 +57,9 @@ def activate(gpus: int | None = None) -> None:
                                  fake_tensors, generator_identity, half_fft, half_kernels, higher_order, random_ops,
                                  serialization, surface, tensors, warning_sites)
 
+    from simgpu.cuda_sim import plan
+
+    plan.install()  # before tensors.install: a plan's tensors report is_meta as on a GPU
     api.install()
     cuda_build.install()
     dtensor_new.install()

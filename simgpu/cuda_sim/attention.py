@@ -162,7 +162,7 @@ def _validate(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | Non
     if len(where) > 1:
         raise RuntimeError(f"Expected query, key, and value to have the same device type, but got query.device: "
                            f"{query.device} key.device: {key.device} and value.device: {value.device} instead.")
-    with torch.no_grad():
+    with torch.no_grad(), placement.elsewhere_requested():  # on torch's meta device, also in a plan
         _COMPOSITE(_meta(query), _meta(key), _meta(value), _meta(attn_mask), dropout_p, is_causal, scale=scale,
                    **_gqa(enable_gqa))
 
@@ -253,4 +253,6 @@ def install() -> None:
     if _library is None:
         _library = torch.library.Library("aten", "IMPL")  # noqa: TOR901 - a kernel for aten's own op
         _library.impl("scaled_dot_product_attention", scaled_dot_product_attention, "AutogradCPU")
+        if placement._storage_less:  # a plan's GPU tensors are meta below Python: CUDA's choice there too
+            _library.impl("scaled_dot_product_attention", scaled_dot_product_attention, "AutogradMeta")
         placement.special(aten._fused_sdp_choice, _fused_sdp_choice)

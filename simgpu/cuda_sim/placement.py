@@ -36,6 +36,62 @@ aten = torch.ops.aten
 _state = threading.local()
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _CPU = torch.device("cpu")
+
+
+_META = torch.device("meta")
+_storage_less = False  # a plan (cuda_sim/plan.py): simulated GPUs' tensors are meta tensors
+_plan_hook: Callable[[Any, tuple, dict, Any], None] | None = None
+
+
+SMALL_BYTES = 1 << 20  # a plan keeps the data of an integer GPU tensor up to this size (plan.py)
+
+
+def keeps_data(t: torch.Tensor | None) -> bool:
+    """In a plan: whether a GPU tensor like `t` holds data. Integer and bool tensors up to SMALL_BYTES do
+    (indices, sizes, flags, pickled objects: what programs and DDP send each other as values); floating
+    ones never (every tensor gradients flow through is then storage-less alike, as autograd requires)."""
+    return t is not None and not (t.is_floating_point() or t.is_complex()) \
+        and t.numel() * t.element_size() <= SMALL_BYTES
+
+
+def backing(like: torch.Tensor | None = None) -> torch.device:
+    """Where a simulated GPU's tensor like `like` is made below Python: host memory, or in a plan
+    (`simgpu run --plan`) "meta" (no data, no kernels) unless keeps_data(like)."""
+    if not _storage_less or keeps_data(like):
+        return _CPU
+    return _META
+
+
+def factory_backing(func: Callable, args: tuple, kwargs: dict) -> torch.device:
+    """backing() for a factory's result, its size found by running the factory on "meta" first."""
+    if not _storage_less:
+        return _CPU
+    with suspended():
+        out = func(*args, **{**kwargs, "device": _META})
+    return backing(out if isinstance(out, torch.Tensor) else None)
+
+
+def make_storage_less(hook: Callable[[Any, tuple, dict, Any], None] | None = None) -> None:
+    """From now on, tensors made on simulated GPUs hold no data (cuda_sim/plan.py); `hook` sees every op
+    that ran on a simulated GPU (func, args, kwargs, result), to price it."""
+    global _storage_less, _plan_hook
+    _storage_less = True
+    _plan_hook = hook
+
+
+def storage_less(t: torch.Tensor) -> bool:
+    """Whether `t` holds no data (a meta tensor below Python), whatever the program's modes say of it."""
+    with _NoTorchFunction():
+        return _TensorBase.is_meta.__get__(t)
+
+
+_TensorBase = torch._C.TensorBase
+
+
+def in_kernel() -> bool:
+    """Whether a plan's op kernel is running on this thread: tensors then report their own device (meta),
+    as the Python meta kernels and torch's refs compare devices and make tensors on `t.device`."""
+    return getattr(_state, "kernel", 0) > 0
 _NO_DISPATCH = torch._C._disabled_torch_dispatch_impl  # plain tensors and nn.Parameter
 _NoTorchFunction = torch._C.DisableTorchFunction
 
@@ -63,6 +119,19 @@ class host_requested:
 
     def __exit__(self, *exc: Any) -> None:
         _state.host -= 1
+
+
+class elsewhere_requested:
+    """The program asked for a tensor on torch's own "meta" device (`t.to("meta")`, a factory under
+    `torch.device("meta")`): in a plan, where the simulated GPUs' tensors are meta below Python too, a
+    "meta" device that C++ passes on is the GPU of the tensor whose options it took (DDP's bucket indices
+    made on its parameters' device), taken to be the current GPU."""
+
+    def __enter__(self) -> None:
+        _state.elsewhere = getattr(_state, "elsewhere", 0) + 1
+
+    def __exit__(self, *exc: Any) -> None:
+        _state.elsewhere -= 1
 
 
 class random_factory_on:
@@ -154,6 +223,15 @@ def _untouched(func: Callable, args: tuple, kwargs: dict) -> Any:
     return func(*args, **kwargs)
 
 
+def _copy(func: Callable, args: tuple, kwargs: dict) -> Any:
+    """A copy between devices, untouched; in a plan, a copy from a storage-less tensor into one with data
+    writes zeros there (cuda_sim/plan.py: values read back are zeros)."""
+    if _storage_less and storage_less(args[1]) and not storage_less(args[0]):
+        with suspended():
+            return args[0].zero_()
+    return func(*args, **kwargs)
+
+
 def _record_stream(func: Callable, args: tuple, kwargs: dict) -> None:
     """A CPU runs in issue order: nothing to record."""
     return None
@@ -178,7 +256,7 @@ _RANDOM_INPLACE = {aten.uniform_, aten.normal_, aten.random_, aten.bernoulli_, a
                    aten.geometric_, aten.log_normal_, aten.cauchy_, aten.bernoulli, aten.multinomial,
                    aten.normal, aten.poisson, aten.randint_like, aten.rand_like, aten.randn_like}
 _SPECIAL: dict[Any, Callable[[Callable, tuple, dict], Any]] = {
-    aten.copy_: _untouched,
+    aten.copy_: _copy,
     aten.set_: _untouched,
     aten.record_stream: _record_stream,
 }
@@ -205,7 +283,29 @@ class PlacementMode(TorchDispatchMode):
         # An op torch's C++ issued while the program's call was in the function mode would meet that
         # mode again when run here: the placement of an op is settled below the program's checks.
         with _NoTorchFunction():
+            if _storage_less:
+                return self._place_storage_less(func, types, args, kwargs)
             return self._place(func, types, args, kwargs)
+
+    def _place_storage_less(self, func: Any, types: Any, args: tuple, kwargs: dict | None) -> Any:
+        """A plan's op: its meta kernel runs seeing its tensors' own (meta) device, its result is placed
+        and charged as with data, the plan prices it, and an allocation the GPU cannot hold names the op
+        and the program's line."""
+        _state.kernel = getattr(_state, "kernel", 0) + 1
+        try:
+            args, kwargs, written = _data_less_inputs(func, args, kwargs or {})
+            out = self._place(func, types, args, kwargs)
+            for t in written:  # an in-place op on a tensor with data, from inputs without: zeros (plan.py)
+                with suspended():
+                    t.zero_()
+        except torch.OutOfMemoryError as exc:
+            raise _named_oom(exc, func, args) from None
+        finally:
+            _state.kernel -= 1
+        if _plan_hook is not None and out is not NotImplemented and not getattr(_state, "suspended", 0) \
+                and _on_a_gpu(out):
+            _plan_hook(func, args, kwargs or {}, out)
+        return out
 
     def _place(self, func: Any, types: Any, args: tuple, kwargs: dict | None) -> Any:
         op = _OPS.get(func)
@@ -232,7 +332,9 @@ class PlacementMode(TorchDispatchMode):
             return _foreach(op.run, args, kwargs)
         device = kwargs.get("device") if op.has_device else None
         target = None if device is None else _resolve_device(device)
-        if target == _ELSEWHERE or (target is not None and target != _HOST and infra_mode_active()):
+        if target == _ELSEWHERE and _storage_less and not getattr(_state, "elsewhere", 0) and not infra_mode_active():
+            target = devices.current()  # C++ making a tensor on a storage-less GPU tensor's device (meta)
+        elif target == _ELSEWHERE or (target is not None and target != _HOST and infra_mode_active()):
             return op.run(*args, **kwargs)  # meta; or a tracing mode below: a fake tensor on the GPU, as on CUDA
         if target == _HOST and getattr(_state, "host", 0):
             return op.run(*args, **kwargs)
@@ -246,8 +348,11 @@ class PlacementMode(TorchDispatchMode):
             target = gpu_of(tensors_of(args, kwargs, unwrap=False))
             if target is None and device is not None and next(tensors_of(args, kwargs, unwrap=False), None) is None:
                 target = _backward_node_gpu()
+            if target is not None and device is not None and _storage_less \
+                    and any(storage_less(t) for t in tensors_of(args, kwargs)):
+                kwargs = {**kwargs, "device": _META}  # C++ made it from a storage-less tensor's options
         else:
-            kwargs = {**kwargs, "device": _CPU}
+            kwargs = {**kwargs, "device": factory_backing(op.run, args, kwargs) if _storage_less else _CPU}
         if target is None:
             return op.run(*args, **kwargs)
         if func is _ZERO_TENSOR:
@@ -269,6 +374,53 @@ class PlacementMode(TorchDispatchMode):
         if op.blas is not None:  # the cuBLAS workspaces its CUDA kernel takes on first use, after its outputs
             workspaces.charge(op.blas, target, args, kwargs)
         return out
+
+
+def _data_less_inputs(func: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict, list[torch.Tensor]]:
+    """A plan's op that mixes tensors with data and storage-less ones runs on storage-less stand-ins for the
+    former (meta kernels take meta tensors and host scalars only). Returns the arguments, and the tensors
+    with data the op writes (their result is zeros)."""
+    if not any(storage_less(t) for t in tensors_of(args, kwargs)):
+        return args, kwargs, []
+    written: list[torch.Tensor] = []
+    mutable = {i for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write} \
+        if hasattr(func, "_schema") else set()
+    names = [a.name for a in func._schema.arguments] if hasattr(func, "_schema") else []
+
+    def stand_in(value: Any, position: int | None) -> Any:
+        if isinstance(value, torch.Tensor):
+            if type(value) in _PLAIN and not storage_less(value) and (value.dim() > 0 or devices.device_of(value) is not None):
+                if position in mutable:
+                    written.append(value)
+                with suspended():
+                    return value.to(_META)
+            return value
+        if isinstance(value, (list, tuple)):
+            return type(value)(stand_in(v, position) for v in value)
+        return value
+
+    new_args = tuple(stand_in(a, i) for i, a in enumerate(args))
+    new_kwargs = {k: stand_in(v, names.index(k) if k in names else None) for k, v in kwargs.items()}
+    return new_args, new_kwargs, written
+
+
+def _on_a_gpu(out: Any) -> bool:
+    first = out if isinstance(out, torch.Tensor) else next((t for t in out if isinstance(t, torch.Tensor)), None) \
+        if isinstance(out, (list, tuple)) else None
+    return first is not None and devices.device_of(first) is not None
+
+
+def _named_oom(exc: torch.OutOfMemoryError, func: Any, args: tuple) -> torch.OutOfMemoryError:
+    """The allocator model's OutOfMemoryError with the op that allocated and the program's line added
+    (once: an op inside another op's kernel names itself, the outer one passes it on)."""
+    if getattr(exc, "_simgpu_named", False):
+        return exc
+    from simgpu.strict import call_site
+
+    shapes = ", ".join(f"{t.dtype}{list(t.shape)}" for t in tensors_of(args, {}))
+    named = torch.OutOfMemoryError(f"{exc}\n(simgpu plan: allocated by {func}({shapes}) at {call_site()})")
+    named._simgpu_named = True  # type: ignore[attr-defined]
+    return named
 
 
 def _label_outputs(op: "_Op", out: Any, target: int) -> Any:
@@ -324,7 +476,8 @@ class _Op:
         packet = func.overloadpacket
         arguments = {a.name for a in func._schema.arguments}
         # the C++ entry point, without OpOverload.__call__'s frame; for ops torch has only for CUDA, a stand-in
-        self.run = STAND_INS.get(packet) or getattr(func, "_op", func)
+        self.run = (None if _storage_less and _has_meta_kernel(func) else STAND_INS.get(packet)) \
+            or getattr(func, "_op", func)  # a plan runs CUDA-only ops' meta kernels: no stand-in's host math
         self.special = _SPECIAL.get(packet)
         self.pairs_lists = pairs_lists(packet.__name__)
         self.has_device = "device" in arguments
@@ -338,6 +491,13 @@ class _Op:
 
 _OPS: dict[Any, _Op] = {}
 _COMPOSITE_KEY = torch._C.DispatchKey.CompositeImplicitAutograd
+
+
+def _has_meta_kernel(func: Any) -> bool:
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "Meta")
+    except RuntimeError:
+        return False
 
 
 def _has_composite_kernel(func: Any) -> bool:

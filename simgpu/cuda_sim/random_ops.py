@@ -314,7 +314,10 @@ def _factory_result(func: Any, bound: dict) -> torch.Tensor:
         meta_kwargs["generator"] = None
     meta_kwargs.update(device=torch.device("meta"), pin_memory=None)
     positional = [bound[name] for name in _positional_names(func)]
-    meta = func(*positional, **meta_kwargs)
+    from simgpu.cuda_sim import placement
+
+    with placement.elsewhere_requested():  # simgpu's own shape probe: torch's meta device, also in a plan
+        meta = func(*positional, **meta_kwargs)
     return torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype)
 
 
@@ -357,7 +360,10 @@ def _randperm(bound: dict, stream: Any, out_variant: bool) -> Any:
         result = bound["out"]
     else:
         dtype = bound.get("dtype") or torch.int64
-        torch.randperm(n, dtype=dtype, device="meta")  # torch's checks of n and the dtype
+        from simgpu.cuda_sim import placement
+
+        with placement.elsewhere_requested():
+            torch.randperm(n, dtype=dtype, device="meta")  # torch's checks of n and the dtype
         result = torch.empty(n, dtype=dtype)
     if n < 0:
         raise RuntimeError(f"n must be non-negative, got{n}")
@@ -468,6 +474,13 @@ def run(func: Any, args: tuple, kwargs: dict, index: int) -> Any:
     packet = func.overloadpacket.__name__
     if packet not in PACKETS:
         return NotImplemented
+    from simgpu.cuda_sim import placement
+
+    if placement._storage_less and _storage_less_draw(func, args, kwargs):
+        kwargs = {k: v for k, v in kwargs.items() if k != "generator"}  # a plan's large draw: no numbers
+        if any(a.name == "device" for a in func._schema.arguments):
+            kwargs["device"] = placement.backing()
+        return func(*args, **kwargs)
     bound = dict(zip((a.name for a in func._schema.arguments), args))
     bound.update(kwargs)
     stream = generators.stream_for(bound.get("generator"), index)
@@ -483,6 +496,16 @@ def run(func: Any, args: tuple, kwargs: dict, index: int) -> Any:
     if overload.endswith("out") and packet == "normal":
         return NotImplemented
     return _factory(bound, stream, packet, overload, func)
+
+
+def _storage_less_draw(func: Any, args: tuple, kwargs: dict) -> bool:
+    """In a plan: whether this draw makes or fills a storage-less tensor (large, or one without data)."""
+    from simgpu.cuda_sim import placement
+
+    target = next(placement.tensors_of(args, kwargs), None)
+    if target is not None:
+        return placement.storage_less(target) or not placement.keeps_data(target)
+    return placement.factory_backing(func, args, {k: v for k, v in kwargs.items() if k != "generator"}).type == "meta"
 
 
 # ---- dropout: CUDA runs the fused kernel (native_dropout) where a CPU tensor takes bernoulli_ ------

@@ -41,6 +41,8 @@ def _cuda_device(index: int) -> torch.device:
 
 
 def device_of(t: torch.Tensor) -> torch.device:
+    if placement._storage_less and placement.in_kernel():
+        return TensorBase.device.__get__(t)
     index = devices.device_of(t)
     return TensorBase.device.__get__(t) if index is None else _cuda_device(index)
 
@@ -85,7 +87,13 @@ def _plain(t: Any) -> bool:
 
 def _copy_on(t: torch.Tensor, index: int | None) -> torch.Tensor:
     with suspended():
-        moved = t.clone(memory_format=torch.preserve_format)
+        if placement._storage_less and placement.storage_less(t):
+            # a plan: a storage-less tensor stays one on a GPU, and comes back to the host as zeros (plan.py)
+            moved = t.clone() if index is not None else torch.zeros(t.shape, dtype=t.dtype)
+        elif placement._storage_less and index is not None:
+            moved = t.to(placement.backing(t), copy=True)  # floating or large: no data kept
+        else:
+            moved = t.clone(memory_format=torch.preserve_format)
     if index is not None:
         devices.place(moved, index)
     return moved
@@ -171,7 +179,8 @@ def _to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         return _subclass_to(self, args, kwargs)
     target, parsed = _parse_to(args, kwargs)
     if target == _ELSEWHERE:
-        return _original["to"](self, *args, **kwargs)
+        with placement.elsewhere_requested():
+            return _original["to"](self, *args, **kwargs)
     kwargs = parsed
     here = devices.device_of(self)
     index = here if target is None else (None if target == _HOST else target)
@@ -380,6 +389,9 @@ class SimCudaMode(TorchFunctionMode):
             tensors = list(placement.tensors_of(args, kwargs))
             if len(tensors) > 1 and not placement.pairs_lists(getattr(func, "__name__", "")):
                 common_device(tensors)  # one tensor cannot mix devices
+            if target == _ELSEWHERE:
+                with placement.elsewhere_requested():
+                    return func(*args, **kwargs)
             return func(*args, **kwargs)
         if target != _HOST and (placement.infra_mode_active() or placement.program_mode_active()
                                 or not all(type(t) in _PLAIN for t in placement.tensors_of(args, kwargs))):
@@ -389,6 +401,8 @@ class SimCudaMode(TorchFunctionMode):
             # the GPU for its replay
             return func(*args, **{**kwargs, "device": _cuda_device(target)})
         kwargs = {**kwargs, "device": "cpu"}
+        if target != _HOST and placement._storage_less:
+            kwargs["device"] = placement.factory_backing(func, args, kwargs)
         if target == _HOST:
             with placement.host_requested():  # a host result, whatever the inputs' devices
                 return func(*args, **kwargs)
@@ -483,6 +497,9 @@ def install() -> None:
     torch.Tensor.is_cuda = property(lambda t: devices.device_of(t) is not None,
                                     doc="True on a simulated GPU.")
     torch.Tensor.is_cpu = property(lambda t: devices.device_of(t) is None and TensorBase.is_cpu.__get__(t))
+    if placement._storage_less:  # a plan: a simulated GPU's tensor is meta below Python, not to the program
+        torch.Tensor.is_meta = property(lambda t: placement.storage_less(t) and (
+            placement.in_kernel() or devices.device_of(t) is None))
     torch.Tensor.get_device = lambda t: -1 if devices.device_of(t) is None else devices.device_of(t)
     base_grad = TensorBase.grad
 

@@ -1,0 +1,77 @@
+"""Predicted (a `simgpu run --plan` of step_reference.py) against measured (step_reference.py on GPUs):
+per model size, layout and rank, the peak reserved memory and the step time. Prints a markdown table.
+
+    SIMGPU_PLAN_DIR=/tmp/plan simgpu run --plan h200-141g --gpus 2 torchrun --nproc-per-node 2 \\
+        benchmarks/plan_reference/step_reference.py --size small medium large --warmup 1 --steps 2 --out /tmp/plan/steps.jsonl
+    python benchmarks/plan_reference/compare.py --measured benchmarks/results/plan33-h200-x4-2026-11-26/steps.jsonl \\
+        --plan-dir /tmp/plan --world 2
+
+The plan's memory is what the program itself read from torch.cuda under the plan (the allocator model's
+peaks, per layout: step_reference resets them between layouts). Its step time is the plan's record of
+each rank's last optimizer step in the layout (`compute + comm`, no overlap, and `max(compute, comm)`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def predicted_steps(plan_dir: Path, planned: list[dict]) -> dict[tuple[str, str, int], dict]:
+    """(size, layout, rank) -> the plan's record of that rank's last step in the layout."""
+    per_rank = {}
+    for path in plan_dir.glob("plan-*.json"):
+        doc = json.loads(path.read_text())
+        per_rank[doc["rank"]] = doc["steps"]
+    out = {}
+    for rank, steps in per_rank.items():
+        position = 0
+        for record in planned:
+            count = record["steps_run"]
+            chunk = steps[position:position + count]
+            position += count
+            if chunk:
+                out[(record["size"], record["layout"], rank)] = chunk[-1]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--measured", type=Path, required=True)
+    parser.add_argument("--plan-dir", type=Path, required=True, help="SIMGPU_PLAN_DIR of the plan run (its steps.jsonl too)")
+    parser.add_argument("--world", type=int, required=True)
+    parser.add_argument("--steps-per-layout", type=int, default=3, help="warmup + steps of the plan run")
+    args = parser.parse_args()
+    measured = {(r["size"], r["layout"]): r for r in _lines(args.measured) if r["environment"]["world"] == args.world}
+    planned = _lines(args.plan_dir / "steps.jsonl")
+    for record in planned:
+        record["steps_run"] = args.steps_per_layout
+    steps = predicted_steps(args.plan_dir, planned)
+    print("| size | layout | rank | reserved GiB measured | predicted | ratio | step ms measured | predicted serial | "
+          "overlapped | ratio (serial) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    gib = float(1 << 30)
+    for record in planned:
+        real = measured.get((record["size"], record["layout"]))
+        if real is None:
+            continue
+        for mine, theirs in zip(record["ranks"], real["ranks"]):
+            rank = mine["rank"]
+            step = steps.get((record["size"], record["layout"], rank), {})
+            serial = (step.get("compute_us", 0) + step.get("comm_us", 0)) / 1e3
+            overlapped = max(step.get("compute_us", 0), step.get("comm_us", 0)) / 1e3
+            if "max_reserved" not in theirs or "max_reserved" not in mine:
+                print(f"| {record['size']} | {record['layout']} | {rank} | {theirs.get('error', '?')} | "
+                      f"{mine.get('error', '?')} | | | | | |")
+                continue
+            print(f"| {record['size']} | {record['layout']} | {rank} | {theirs['max_reserved'] / gib:.2f} | "
+                  f"{mine['max_reserved'] / gib:.2f} | {mine['max_reserved'] / theirs['max_reserved']:.3f} | "
+                  f"{theirs['step_ms']:.1f} | {serial:.1f} | {overlapped:.1f} | {serial / theirs['step_ms']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

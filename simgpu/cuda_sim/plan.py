@@ -1,0 +1,292 @@
+"""A plan (`simgpu run --plan GPU --gpus N program`): the program runs on storage-less simulated GPUs,
+and each rank writes what it would cost on that GPU: the caching allocator's peaks, and a step time.
+
+Storage-less (docs/plan-mode.md says why this design and not FakeTensorMode): every tensor on a
+simulated GPU is a meta tensor labelled with its GPU, made where the simulation would make host memory
+(placement.backing). Ops run torch's meta kernels (shapes, dtypes, strides; no data, no arithmetic),
+placement labels their results and the caching-allocator model (memory.py) charges their storages
+exactly as in a simulated run with data, so the peaks are the same bytes. Collectives of meta tensors
+pass the strict cross-rank check and move nothing (backend.py). Host tensors stay real.
+
+Values a program reads back (`loss.item()`, `.tolist()`, `.cpu()`) are zeros of the right dtype and
+shape: the same on every rank (no rank takes another branch than its peers), never uninitialised
+memory. A program whose control flow depends on the values it computed follows the all-zero branch.
+
+Step time: each op's FLOPs (torch.utils.flop_counter's formulas) and bytes (its tensors' sizes) priced
+against the GPU (gpu_specs.py): max(FLOPs / matmul rate of its dtype, bytes / HBM bandwidth), views
+free; each collective at the cost model's GPU time for the GPU's machine preset. A step is what lies
+between two `optimizer.step()` returns. Compute and communication are summed per step and reported
+with their sum (no overlap) and their max (full overlap): the overlap on streams is not modelled yet.
+
+Each process writes $SIMGPU_PLAN_DIR/plan-<pid>.json at exit; the launcher reads them (summary_lines).
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+ENV_GPU = "SIMGPU_PLAN"
+ENV_DIR = "SIMGPU_PLAN_DIR"
+MIN_KERNEL_US = 2.0  # the shortest a GPU kernel takes (launch to end), stated, not measured
+_lock = threading.Lock()
+_installed = False
+
+
+def requested() -> str | None:
+    """The GPU this process plans for, or None (no plan)."""
+    return os.environ.get(ENV_GPU) or None
+
+
+class Recorder:
+    """This process's cost per step: ops' FLOPs, bytes and priced time, collectives' priced time."""
+
+    def __init__(self, gpu_name: str):
+        from simgpu import cost_model
+        from simgpu.cuda_sim import gpu_specs
+
+        self.gpu = gpu_specs.gpu(gpu_name)
+        self.machine = cost_model.machine(self.gpu.comm_machine)
+        self.steps: list[dict[str, float]] = []
+        self.current = self._empty()
+        self.unpriced: dict[str, int] = {}
+        self.groups: set[int] = set()
+
+    @staticmethod
+    def _empty() -> dict[str, float]:
+        return {"ops": 0, "flops": 0, "bytes": 0, "compute_us": 0.0, "collectives": 0, "comm_bytes": 0,
+                "comm_us": 0.0}
+
+    def op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        """Price one aten op that ran on a simulated GPU."""
+        if func.is_view or func.overloadpacket in _FREE:
+            return
+        flops = _flops(func, args, kwargs, out)
+        moved = _bytes(args, kwargs) + _bytes((out,), {})
+        dtype = _compute_dtype(args)
+        seconds = max(flops / self.gpu.matmul_rate(dtype) if flops else 0.0, moved / self.gpu.bandwidth)
+        with _lock:
+            c = self.current
+            c["ops"] += 1
+            c["flops"] += flops
+            c["bytes"] += moved
+            c["compute_us"] += max(seconds * 1e6, MIN_KERNEL_US)
+
+    def collective(self, op: str, n: int, args: Sequence[Any], group: int = 0) -> None:
+        from simgpu import collective_facts, comm_log, cost_model
+
+        if n > 1 and op not in ("send", "recv"):
+            self.groups.add(group)  # NCCL makes a group's communicator (and its buffers) at its first collective
+
+        try:
+            nbytes = comm_log.nccl_tests_bytes(op, n, args)
+        except Exception:  # noqa: BLE001 - an odd argument: counted, not priced
+            with _lock:
+                self.unpriced[op] = self.unpriced.get(op, 0) + 1
+            return
+        name = collective_facts.ALIASES.get(op, op)
+        us = cost_model.predict(self.machine, name, nbytes, 2 if op in ("send", "recv") else n).gpu_us
+        with _lock:
+            c = self.current
+            c["collectives"] += 1
+            c["comm_bytes"] += nbytes
+            c["comm_us"] += us
+
+    def step(self) -> None:
+        """An optimizer step returned: what was recorded since the last one is one training step."""
+        with _lock:
+            self.steps.append(self.current)
+            self.current = self._empty()
+
+    def document(self) -> dict:
+        from simgpu.cuda_sim import devices
+
+        memory = {}
+        for i, m in enumerate(devices.table().memory):
+            if m.peak_reserved:
+                memory[str(i)] = {"max_allocated": m.peak_allocated, "max_reserved": m.peak_reserved,
+                                  "capacity": m.capacity}
+        return {"pid": os.getpid(), "rank": _rank(), "world_size": _world(), "gpu": self.gpu.name,
+                "steps": self.steps, "after_last_step": self.current, "memory": memory, "unpriced": self.unpriced,
+                "communicators": len(self.groups)}
+
+
+RECORDER: Recorder | None = None
+
+_aten = torch.ops.aten
+# Ops that move no data on a GPU: metadata, allocation without initialisation, stream bookkeeping.
+_FREE = {_aten.empty, _aten.empty_like, _aten.empty_strided, _aten.record_stream, _aten.set_,
+         _aten._local_scalar_dense, _aten.resize_, _aten.lift_fresh}
+
+
+def _flops(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
+    from torch.utils.flop_counter import flop_registry
+
+    formula = flop_registry.get(func.overloadpacket)
+    if formula is None:
+        return 0
+    try:
+        return int(formula(*args, **kwargs, out_val=out))
+    except Exception:  # noqa: BLE001 - a formula that cannot read these arguments: bytes only
+        return 0
+
+
+def _bytes(args: Sequence[Any], kwargs: dict) -> int:
+    total = 0
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            total += value.numel() * value.element_size()
+        elif isinstance(value, (list, tuple)):
+            total += sum(v.numel() * v.element_size() for v in value if isinstance(v, torch.Tensor))
+    return total
+
+
+_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float8_e4m3fn: "fp8", torch.float8_e5m2: "fp8"}
+
+
+def _compute_dtype(args: Sequence[Any]) -> str:
+    for value in args:
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            name = _DTYPE_NAMES.get(value.dtype)
+            if name is not None:
+                return name
+            if value.dtype == torch.float32 and torch.get_float32_matmul_precision() != "highest":
+                return "tf32"
+            return "fp32"
+    return "fp32"
+
+
+def _rank() -> int:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            return dist.get_rank()
+    except Exception:  # noqa: BLE001
+        pass
+    return int(os.environ.get("RANK", "-1"))
+
+
+def _world() -> int:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            return dist.get_world_size()
+    except Exception:  # noqa: BLE001
+        pass
+    return int(os.environ.get("WORLD_SIZE", "-1"))
+
+
+def flush() -> None:
+    """Write this process's plan to $SIMGPU_PLAN_DIR/plan-<pid>.json (replacing the last write)."""
+    folder = os.environ.get(ENV_DIR)
+    if RECORDER is None or not folder:
+        return
+    from simgpu.cuda_sim import devices
+
+    if not any(m.peak_reserved for m in devices.table().memory) and not RECORDER.steps:
+        return  # a process that never used a GPU (torchrun's agent): nothing to say
+    path = Path(folder) / f"plan-{os.getpid()}.json"
+    try:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(RECORDER.document()))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def _read_zero(func: Any, args: tuple, kwargs: dict) -> Any:
+    """`.item()` of a storage-less tensor: zero of its dtype (the same on every rank; module docstring)."""
+    t = args[0]
+    if t.is_meta:
+        return False if t.dtype == torch.bool else (0 if not (t.is_floating_point() or t.is_complex()) else 0.0)
+    return func(*args, **kwargs)
+
+
+def install() -> None:
+    """Make this process's simulated GPUs storage-less and record the plan (SIMGPU_PLAN names the GPU)."""
+    global RECORDER, _installed
+    gpu_name = requested()
+    if gpu_name is None or _installed:
+        return
+    from simgpu.cuda_sim import placement
+
+    RECORDER = Recorder(gpu_name)
+    placement.make_storage_less(RECORDER.op)
+    placement.special(_aten._local_scalar_dense, _read_zero)
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    register_optimizer_step_post_hook(lambda *_: RECORDER.step())
+    import torch.distributed.utils as dist_utils
+
+    # DDP's parameter check across ranks sends the shapes as values in a GPU tensor, which a plan does not
+    # hold: not run; the strict check still compares every bucket's all_reduce across ranks
+    import torch.nn.parallel.distributed as ddp
+
+    for module in (dist_utils, ddp):
+        if hasattr(module, "_verify_param_shape_across_processes"):
+            module._verify_param_shape_across_processes = lambda *args, **kwargs: None
+    atexit.register(flush)
+    from multiprocessing import util
+
+    util.Finalize(None, flush, exitpriority=100)  # multiprocessing children leave through os._exit
+    _installed = True
+
+
+# ----------------------------------------------------------------------------- the launcher's side
+def read_plans(folder: str | Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(Path(folder).glob("plan-*.json"))]
+
+
+def _median(values: list[float]) -> float:
+    values = sorted(values)
+    n = len(values)
+    return 0.0 if n == 0 else (values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2)
+
+
+def summarize(plans: Sequence[dict]) -> list[dict]:
+    """Per rank: peak memory (allocator + context + NCCL), and the median step's compute/comm time (the
+    first step left out when there are several: it includes start-up work)."""
+    from simgpu.cuda_sim import gpu_specs
+
+    rows = []
+    for plan in sorted(plans, key=lambda p: (p.get("rank", -1), p["pid"])):
+        gpu = gpu_specs.gpu(plan["gpu"])
+        steps = plan["steps"][1:] if len(plan["steps"]) > 1 else plan["steps"]
+        compute = _median([s["compute_us"] for s in steps])
+        comm = _median([s["comm_us"] for s in steps])
+        for index, mem in sorted(plan["memory"].items()):
+            rows.append({"rank": plan["rank"], "gpu_index": int(index), "steps": len(plan["steps"]),
+                         "max_allocated": mem["max_allocated"], "max_reserved": mem["max_reserved"],
+                         "device_total": mem["max_reserved"] + gpu.context_bytes
+                         + gpu.nccl_bytes_per_comm * max(1, plan.get("communicators", 1)),
+                         "compute_us": compute, "comm_us": comm, "serial_us": compute + comm,
+                         "overlapped_us": max(compute, comm)})
+    return rows
+
+
+def summary_lines(plans: Sequence[dict], gpu_name: str) -> list[str]:
+    """The table `simgpu run --plan` prints at the end."""
+    from simgpu.cuda_sim import gpu_specs
+
+    gpu = gpu_specs.gpu(gpu_name)
+    gib = float(1 << 30)
+    lines = [f"simgpu plan for {gpu.description}: per GPU, peak memory (caching allocator model) and one step "
+             f"(median over steps after the first; a step ends at optimizer.step())",
+             f"{'rank':>4} {'gpu':>3} {'alloc GiB':>9} {'reserved':>9} {'+ctx+NCCL':>9} {'steps':>5} "
+             f"{'compute ms':>10} {'comm ms':>8} {'step ms (overlapped .. serial)':>30}"]
+    for r in summarize(plans):
+        lines.append(f"{r['rank']:>4} {r['gpu_index']:>3} {r['max_allocated'] / gib:>9.2f} {r['max_reserved'] / gib:>9.2f} "
+                     f"{r['device_total'] / gib:>9.2f} {r['steps']:>5} {r['compute_us'] / 1e3:>10.2f} "
+                     f"{r['comm_us'] / 1e3:>8.2f} {r['overlapped_us'] / 1e3:>13.2f} .. {r['serial_us'] / 1e3:<.2f}")
+    lines.append(f"(+ctx+NCCL adds the CUDA context, {gpu.context_bytes >> 20} MiB, and {gpu.nccl_bytes_per_comm >> 20} MiB "
+                 f"of NCCL buffers per communicator the rank used, as measured on 4x H200; rates: "
+                 f"{'measured, ' + gpu.source if gpu.calibrated else 'datasheet x derating, uncalibrated'}; "
+                 f"communication: cost model preset {gpu.comm_machine})")
+    return lines
