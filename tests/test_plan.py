@@ -45,8 +45,9 @@ def test_plan_peaks_are_the_simulated_runs(wrap: str) -> None:
         if wrap == "fsdp2":
             assert planned[rank]["max_allocated"] == with_data[rank]["max_allocated"]
             assert planned[rank]["max_reserved"] == with_data[rank]["max_reserved"]
-        else:  # measured: DDP's allocated peak 1 KiB and its reserved 3 small segments apart (docs/plan-mode.md)
-            assert abs(planned[rank]["max_allocated"] - with_data[rank]["max_allocated"]) <= 4096
+        else:  # measured: DDP's allocations differ by 1 KiB (docs/plan-mode.md); the block-level allocator model
+            # turns that into at most one large block that takes the rest of its segment (under 2 MiB) or not
+            assert abs(planned[rank]["max_allocated"] - with_data[rank]["max_allocated"]) <= (2 << 20) + 4096
             assert abs(planned[rank]["max_reserved"] - with_data[rank]["max_reserved"]) <= 8 << 20
     table = [line.split() for line in plan.stderr.splitlines() if line.strip()[:1].isdigit()]
     assert [(row[0], row[5]) for row in table] == [("0", "3"), ("1", "3")], plan.stderr
