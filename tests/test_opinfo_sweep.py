@@ -77,3 +77,4 @@ def test_a_sample_asking_for_the_host_expects_host_outputs() -> None:
     assert expected_device(SampleInput(2)) == "cpu"  # arange(2): no device argument, a host tensor on CUDA too
     assert expected_device(SampleInput(2, kwargs={"device": "cuda"})) == "cuda:0"
     assert expected_device(SampleInput([torch.ones(2, device="meta")])) == "meta"  # stack's list of tensors
+    assert expected_device(SampleInput(2.7, args=(torch.ones(2, device="meta"),))) == "meta"  # normal(2.7, std)

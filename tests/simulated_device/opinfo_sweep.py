@@ -349,13 +349,14 @@ def _nth(made: Callable[[], list], index: int) -> Any:
 
 def expected_device(s: Any) -> str:
     """Where the outputs of a sample made on the GPU belong, as CUDA gives them: the input's GPU, unless the
-    sample asks for the host by name (new_ones(..., device="cpu"), full_like, randint_like); a factory
-    sample without a tensor input makes its result where its device argument says (none: the host,
-    arange(2))."""
+    sample asks for the host by name (new_ones(..., device="cpu"), full_like, randint_like); a sample whose
+    input is a number takes its tensor arguments' GPU (normal(2.7, std)); a factory sample without a tensor
+    makes its result where its device argument says (none: the host, arange(2))."""
     asked = s.kwargs.get("device")
     if asked is not None and torch.device(asked).type == "cpu":
         return "cpu"
-    given = next(iter(tensors(s.input)), None)  # the input, or the first of a list of them (stack, meshgrid)
+    # the input, or the first of a list of them (stack, meshgrid), or the first tensor argument
+    given = next(iter(tensors((s.input, s.args, s.kwargs))), None)
     if given is not None:
         return str(given.device)
     return "cpu" if asked is None else f"cuda:{torch.device(asked).index or 0}"
