@@ -56,10 +56,7 @@ EXPLAINED: dict[tuple[str, str, str], str] = {
        for check in ("cuda", "autocast")},
 }
 
-OPEN: dict[tuple[str, str, str], str] = {
-    ("istft", "", "backward"): ("the simulated backward defines gradients for other inputs than the host's on "
-                                "complex samples 8-9 (window given): not yet understood"),
-}
+OPEN: dict[tuple[str, str, str], str] = {}
 
 
 def explanation(name: str, variant: str, check: str) -> tuple[str, str] | None:

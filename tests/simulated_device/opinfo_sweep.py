@@ -244,14 +244,35 @@ class Report:
 
 def host_copy(s: Any) -> Any:
     def to_host(t: Any) -> Any:
-        if isinstance(t, torch.Tensor):
-            return t.detach().cpu().requires_grad_(t.requires_grad)
-        return t
+        if not isinstance(t, torch.Tensor):
+            return t
+        copy = t.detach().cpu()
+        if t.requires_grad and not gradient_reaches(t):
+            return _unreachable(copy)
+        return copy.requires_grad_(t.requires_grad)
 
     copy = s.transform(to_host)
     copy.args = tuple(_host_device(a) for a in copy.args)
     copy.kwargs = {k: _host_device(v) for k, v in copy.kwargs.items()}
     return copy
+
+
+def gradient_reaches(t: torch.Tensor) -> bool:
+    """Whether autograd gives `t` a gradient. Not always where it requires grad: a view made before its base
+    required grad (istft's windows `window[:8]`) reports requires_grad and is a leaf, but no gradient reaches it
+    (on any device)."""
+    if not t.is_leaf:
+        return True
+    with torch.enable_grad():
+        return t.view_as(t).grad_fn.next_functions[0][0] is not None
+
+
+def _unreachable(copy: torch.Tensor) -> torch.Tensor:
+    """`copy` made like such a view, so the host reference treats it as the sample does."""
+    with torch.no_grad():
+        view = copy.view_as(copy)
+    copy.requires_grad_()  # after the view was made: the view reports requires_grad, no gradient reaches it
+    return view
 
 
 def _host_device(value: Any) -> Any:
