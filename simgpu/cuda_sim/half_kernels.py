@@ -24,7 +24,7 @@ _HALF_FLOATS = frozenset({torch.float16, torch.bfloat16})
 # op packet -> the dtypes CUDA computes that the host cannot (torch 2.11 CUDA record; host: torch 2.13 CPU)
 CUDA_ONLY_DTYPES: dict[Any, frozenset[torch.dtype]] = {
     **{getattr(aten, name): frozenset({torch.complex32})
-       for name in ("cos", "cosh", "acos", "acosh", "atanh", "pow", "sum", "prod")},
+       for name in ("cos", "cosh", "acos", "acosh", "atanh", "pow", "sum", "prod", "sigmoid")},
     **{getattr(aten, name): _HALF_FLOATS
        for name in ("multi_margin_loss", "multi_margin_loss_backward", "multilabel_margin_loss_forward",
                     "multilabel_margin_loss_backward") if hasattr(aten, name)},
@@ -33,7 +33,8 @@ CUDA_ONLY_DTYPES: dict[Any, frozenset[torch.dtype]] = {
 _COMPLEX = frozenset({torch.complex32, torch.complex64, torch.complex128})
 
 
-def _nansum(x: torch.Tensor, dim: Any = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> torch.Tensor:
+def _nansum(x: torch.Tensor, dim: Any = None, keepdim: bool = False, *,
+            dtype: torch.dtype | None = None) -> torch.Tensor:
     """CUDA's nansum of a complex tensor: the sum with NaN elements taken as zero (complex32 summed in complex64
     and rounded once, as CUDA's accumulation type does)."""
     wide = x.to(_WIDE.get(x.dtype, x.dtype))
@@ -76,7 +77,8 @@ def _handler(allowed: frozenset[torch.dtype]) -> Callable[[Callable, tuple, dict
     return handle
 
 
-def _formula_handler(dtypes: frozenset[torch.dtype], formula: Callable[..., Any]) -> Callable[[Callable, tuple, dict], Any]:
+def _formula_handler(dtypes: frozenset[torch.dtype],
+                     formula: Callable[..., Any]) -> Callable[[Callable, tuple, dict], Any]:
     def handle(run_op: Callable, args: tuple, kwargs: dict) -> Any:
         from simgpu.cuda_sim import placement
 

@@ -65,21 +65,15 @@ class host_requested:
         _state.host -= 1
 
 
-class issued_on:
-    """The program's call of a C++ function (`torch.linalg.norm(x)`) whose tensors are on simulated GPU
-    `index` (tensors.py): what that C++ makes from the input's options with no tensor argument (the norm of
-    an empty matrix: `at::zeros({}, A.options())`) arrives here with a host device and nothing to say its
-    GPU; on CUDA it is on the input's GPU, so here too."""
-
-    def __init__(self, index: int):
-        self.index = index
-
-    def __enter__(self) -> None:
-        self.previous = getattr(_state, "issued", None)
-        _state.issued = self.index
-
-    def __exit__(self, *exc: Any) -> None:
-        _state.issued = self.previous
+def issue_on(index: int | None) -> int | None:
+    """Mark the program's call of a C++ function (`torch.linalg.norm(x)`) whose tensors are on simulated GPU
+    `index` (tensors.py; None ends the mark) and return the previous mark. What that C++ makes from the
+    input's options with no tensor argument (the norm of an empty matrix: `at::zeros({}, A.options())`)
+    arrives here with a host device and nothing to say its GPU; on CUDA it is on the input's GPU, so here
+    too. A function, not a context manager: it runs on every such call of the program."""
+    previous = getattr(_state, "issued", None)
+    _state.issued = index
+    return previous
 
 
 class random_factory_on:

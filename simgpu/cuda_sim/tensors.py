@@ -380,10 +380,13 @@ class SimCudaMode(TorchFunctionMode):
             else:
                 index = devices.device_of(tensors[0]) if len(tensors) == 1 else None
             if index is not None and isinstance(func, _CPP_FUNCTIONS) and all(type(t) in _PLAIN for t in tensors):
-                # what its C++ makes from the inputs' options alone is on their GPU (placement.issued_on); a
+                # what its C++ makes from the inputs' options alone is on their GPU (placement.issue_on); a
                 # Python function or a tensor subclass may make host tensors of its own, which stay host tensors
-                with placement.issued_on(index):
+                previous = placement.issue_on(index)
+                try:
                     return func(*args, **kwargs)
+                finally:
+                    placement.issue_on(previous)
             return func(*args, **kwargs)
         if target != _HOST and (placement.infra_mode_active() or placement.program_mode_active()
                                 or not all(type(t) in _PLAIN for t in placement.tensors_of(args, kwargs))):

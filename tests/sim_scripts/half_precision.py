@@ -54,8 +54,8 @@ else:
 
 # complex32 and float16 kernels CUDA has and the host lacks: wide, rounded once; others stay refused
 z = torch.randn(4, device="cuda:1", dtype=torch.complex64)
-for fn in (torch.cos, torch.cosh, torch.acos, torch.acosh, torch.atanh, torch.sum, torch.prod, lambda t: t.sum(0),
-           lambda t: t ** 2, lambda t: torch.pow(t, t)):
+for fn in (torch.cos, torch.cosh, torch.acos, torch.acosh, torch.atanh, torch.sum, torch.prod, torch.sigmoid,
+           lambda t: t.sum(0), lambda t: t ** 2, lambda t: torch.pow(t, t)):
     got = fn(z.to(torch.complex32))
     want = fn(z.cpu().to(torch.complex32).to(torch.complex64)).to(torch.complex32)
     assert got.device == torch.device("cuda:1") and got.dtype == torch.complex32, (got.device, got.dtype)
