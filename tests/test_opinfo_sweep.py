@@ -77,3 +77,25 @@ def test_a_sample_asking_for_the_host_expects_host_outputs() -> None:
     assert expected_device(SampleInput(2)) == "cpu"  # arange(2): no device argument, a host tensor on CUDA too
     assert expected_device(SampleInput(2, kwargs={"device": "cuda"})) == "cuda:0"
     assert expected_device(SampleInput([torch.ones(2, device="meta")])) == "meta"  # stack's list of tensors
+    assert expected_device(SampleInput(2.7, args=(torch.ones(2, device="meta"),))) == "meta"  # normal(2.7, std)
+
+
+def test_the_host_copy_gives_gradients_where_the_sample_does() -> None:
+    """istft's window samples are views made before their base required grad: they report requires_grad, but
+    no gradient reaches them on any device. The host reference must be made alike, or the sweep takes the
+    simulation's (correct) missing gradient for a bug."""
+    from torch.testing._internal.common_methods_invocations import SampleInput, op_db
+
+    from tests.simulated_device.opinfo_sweep import call, gradient_reaches, grad_inputs, host_copy
+
+    op = next(o for o in op_db if o.name == "istft")
+    s = list(op.sample_inputs("cpu", torch.complex64, requires_grad=True))[9]
+    window = s.kwargs["window"]
+    assert window.requires_grad and not gradient_reaches(window) and gradient_reaches(s.input)
+    for sample in (s, host_copy(s)):
+        out = call(op, sample)
+        grads = torch.autograd.grad(out, grad_inputs(sample), torch.ones_like(out), allow_unused=True)
+        assert [g is None for g in grads] == [False, True]
+    connected = SampleInput(torch.ones(3, requires_grad=True) * 2, kwargs={"w": torch.ones(2, requires_grad=True)})
+    copy = host_copy(connected)
+    assert all(t.requires_grad and gradient_reaches(t) for t in (copy.input, copy.kwargs["w"]))

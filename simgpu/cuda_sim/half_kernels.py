@@ -1,10 +1,14 @@
-"""CUDA kernels for half-precision dtypes that the host's kernels lack, computed wide and rounded.
+"""CUDA kernels for dtypes that the host's kernels lack: half precision computed wide and rounded, and
+CUDA's formula where the host refuses a dtype outright.
 
 CUDA implements some ops for complex32 (ComplexHalf), float16 or bfloat16 where torch's CPU kernels do
 not ("cos_vml_cpu" not implemented for 'ComplexHalf'). CUDA's kernels compute such dtypes in their
 "opmath" type (complex64 / float32) and round the result once; on a simulated GPU these ops do the same:
 the inputs are widened, the host kernel runs, and floating results are rounded back to the input's dtype.
-Only the (op, dtype) pairs listed, which CUDA runs (the OpInfo sweep's CUDA record says so), are widened:
+abs of bool (the identity on CUDA, "abs_cpu" not implemented for 'Bool' on the host) is widened the same
+way, to uint8. nansum of complex inputs, which the host refuses ("nansum on CPU does not support complex
+inputs"), follows CUDA's reduction: NaN elements (a NaN real or imaginary part) count as zero.
+Only the (op, dtype) pairs listed, which CUDA runs (the OpInfo sweep's CUDA record says so), are handled:
 elsewhere the host's refusal stands, as CUDA's would. Host tensors are never widened.
 """
 from __future__ import annotations
@@ -14,15 +18,35 @@ from typing import Any, Callable
 import torch
 
 aten = torch.ops.aten
-_WIDE = {torch.complex32: torch.complex64, torch.float16: torch.float32, torch.bfloat16: torch.float32}
+_WIDE = {torch.complex32: torch.complex64, torch.float16: torch.float32, torch.bfloat16: torch.float32,
+         torch.bool: torch.uint8}
 _HALF_FLOATS = frozenset({torch.float16, torch.bfloat16})
 # op packet -> the dtypes CUDA computes that the host cannot (torch 2.11 CUDA record; host: torch 2.13 CPU)
 CUDA_ONLY_DTYPES: dict[Any, frozenset[torch.dtype]] = {
     **{getattr(aten, name): frozenset({torch.complex32})
-       for name in ("cos", "cosh", "acos", "acosh", "atanh", "pow", "sum", "prod")},
+       for name in ("cos", "cosh", "acos", "acosh", "atanh", "pow", "sum", "prod", "sigmoid")},
     **{getattr(aten, name): _HALF_FLOATS
        for name in ("multi_margin_loss", "multi_margin_loss_backward", "multilabel_margin_loss_forward",
                     "multilabel_margin_loss_backward") if hasattr(aten, name)},
+    aten.abs: frozenset({torch.bool}),
+}
+_COMPLEX = frozenset({torch.complex32, torch.complex64, torch.complex128})
+
+
+def _nansum(x: torch.Tensor, dim: Any = None, keepdim: bool = False, *,
+            dtype: torch.dtype | None = None) -> torch.Tensor:
+    """CUDA's nansum of a complex tensor: the sum with NaN elements taken as zero (complex32 summed in complex64
+    and rounded once, as CUDA's accumulation type does)."""
+    wide = x.to(_WIDE.get(x.dtype, x.dtype))
+    clean = torch.where(torch.isnan(wide), torch.zeros((), dtype=wide.dtype), wide)
+    out = aten.sum.dim_IntList(clean, dim, keepdim, dtype=_WIDE.get(dtype, dtype))
+    return out.to(dtype or x.dtype)
+
+
+# op packet -> (the dtypes of its first argument CUDA computes and the host refuses, CUDA's formula for the
+# functional overload; an out= overload keeps the host's answer)
+CUDA_FORMULAS: dict[Any, tuple[frozenset[torch.dtype], Callable[..., Any]]] = {
+    aten.nansum: (_COMPLEX, _nansum),
 }
 
 
@@ -53,9 +77,26 @@ def _handler(allowed: frozenset[torch.dtype]) -> Callable[[Callable, tuple, dict
     return handle
 
 
+def _formula_handler(dtypes: frozenset[torch.dtype],
+                     formula: Callable[..., Any]) -> Callable[[Callable, tuple, dict], Any]:
+    def handle(run_op: Callable, args: tuple, kwargs: dict) -> Any:
+        from simgpu.cuda_sim import placement
+
+        index = placement.gpu_of(placement.tensors_of(args, kwargs))
+        if index is None or "out" in kwargs or not isinstance(args[0], torch.Tensor) or args[0].dtype not in dtypes:
+            out = run_op(*args, **kwargs)
+        else:
+            out = formula(*args, **kwargs)
+        return out if index is None else placement.label(out, index)
+
+    return handle
+
+
 def install() -> None:
-    """Hand the listed ops to placement.py with the widening handler."""
+    """Hand the listed ops to placement.py with the widening handler, or CUDA's formula."""
     from simgpu.cuda_sim import placement
 
     for packet, dtypes in CUDA_ONLY_DTYPES.items():
         placement.special(packet, _handler(dtypes))
+    for packet, (dtypes, formula) in CUDA_FORMULAS.items():
+        placement.special(packet, _formula_handler(dtypes, formula))

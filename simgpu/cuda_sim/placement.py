@@ -134,6 +134,17 @@ class elsewhere_requested:
         _state.elsewhere -= 1
 
 
+def issue_on(index: int | None) -> int | None:
+    """Mark the program's call of a C++ function (`torch.linalg.norm(x)`) whose tensors are on simulated GPU
+    `index` (tensors.py; None ends the mark) and return the previous mark. What that C++ makes from the
+    input's options with no tensor argument (the norm of an empty matrix: `at::zeros({}, A.options())`)
+    arrives here with a host device and nothing to say its GPU; on CUDA it is on the input's GPU, so here
+    too. A function, not a context manager: it runs on every such call of the program."""
+    previous = getattr(_state, "issued", None)
+    _state.issued = index
+    return previous
+
+
 class random_factory_on:
     """The program's `torch.rand(..., device="cuda:i")` (tensors.py): the random op it reaches here, with a
     host device, makes its result on simulated GPU i, drawing from that GPU's generator."""
@@ -348,6 +359,8 @@ class PlacementMode(TorchDispatchMode):
             target = gpu_of(tensors_of(args, kwargs, unwrap=False))
             if target is None and device is not None and next(tensors_of(args, kwargs, unwrap=False), None) is None:
                 target = _backward_node_gpu()
+                if target is None:
+                    target = getattr(_state, "issued", None)
             if target is not None and device is not None and _storage_less \
                     and any(storage_less(t) for t in tensors_of(args, kwargs)):
                 kwargs = {**kwargs, "device": _META}  # C++ made it from a storage-less tensor's options
@@ -435,8 +448,12 @@ _ZERO_TENSOR = aten._efficientzerotensor.default
 
 def _backward_node_gpu() -> int | None:
     """The GPU of the autograd node running now, if any: a backward formula that makes a tensor from its
-    input's options and no tensor argument (zero gradients: `_efficientzerotensor`, `zeros`) gets host
-    options here, where on CUDA it gets the input's GPU. The node's saved tensors say which GPU that is.
+    input's or gradient's options and no tensor argument (zero gradients: `_efficientzerotensor`, `zeros`;
+    repeat's gradient for zero repeats, normal's for a mean with a float std) gets host options here, where on
+    CUDA it gets the GPU of the node's inputs. The node's saved tensors say which GPU that is; for a node that
+    saves none, the inputs' producers do (a leaf's AccumulateGrad holds the leaf, other nodes their saved
+    tensors, a transfer the GPU it copied to), searched breadth first up to _NODES_SEARCHED nodes and never past
+    a copy between devices, whose inputs may live on another GPU.
 
     Only saved tensors without saved-tensor hooks are read: unpacking a hooked one runs its unpack hook,
     which for activation checkpointing recomputes the forward (a second time, inside the recompute: SAC's
@@ -444,6 +461,33 @@ def _backward_node_gpu() -> int | None:
     node = torch._C._current_autograd_node()
     if node is None:
         return None
+    index = _saved_gpu(node)
+    if index is not None:
+        return index
+    queue, searched = [nxt for nxt, _ in node.next_functions], 0
+    while queue and searched < _NODES_SEARCHED:
+        producer = queue.pop(0)
+        if producer is None:
+            continue
+        searched += 1
+        if producer.name() == _TRANSFER:
+            return producer.target  # the GPU its output, the running node's input, was copied to (None: host)
+        leaf = getattr(producer, "variable", None)  # AccumulateGrad
+        index = devices.device_of(leaf) if isinstance(leaf, torch.Tensor) else _saved_gpu(producer)
+        if index is not None:
+            return index
+        if producer.name() not in _COPIES:
+            queue.extend(nxt for nxt, _ in producer.next_functions)
+    return None
+
+
+_NODES_SEARCHED = 32
+_TRANSFER = "_TransferBackward"  # tensors.py's copy between devices (`to`, `cuda`, `cpu`)
+_COPIES = {"CopyBackwards", "CopySlices"}  # copy_ into a tensor, whose source may be on another GPU
+
+
+def _saved_gpu(node: Any) -> int | None:
+    """The GPU of a node's first saved tensor that is on one (hooked saved tensors are not read)."""
     for name in dir(node):
         if not name.startswith("_saved_") or _hooked(node, name):
             continue

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import types
 from typing import Any, Callable
 
 import torch
@@ -113,6 +114,7 @@ class _Transfer(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, t: torch.Tensor, index: int | None) -> torch.Tensor:  # type: ignore[override]
         ctx.source = devices.device_of(t)
+        ctx.target = index  # where its output lives (placement.py's search for a backward node's GPU reads it)
         return _copy_on(t, index)
 
     @staticmethod
@@ -355,7 +357,12 @@ _NO_DEVICE_RULE = {
     TensorBase.untyped_storage, TensorBase.__len__, TensorBase.layout.__get__, TensorBase.grad.__get__,
     # split points given as a tensor must be a host tensor on CUDA too
     torch.tensor_split, TensorBase.tensor_split,
+    # a graph may cross devices: the gradients of inputs on one GPU, of outputs on another
+    torch.autograd.grad, torch.autograd.backward,
 }
+
+
+_CPP_FUNCTIONS = (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)
 
 
 class SimCudaMode(TorchFunctionMode):
@@ -388,10 +395,20 @@ class SimCudaMode(TorchFunctionMode):
         if target is None or target == _ELSEWHERE:
             tensors = list(placement.tensors_of(args, kwargs))
             if len(tensors) > 1 and not placement.pairs_lists(getattr(func, "__name__", "")):
-                common_device(tensors)  # one tensor cannot mix devices
+                index = common_device(tensors)  # one tensor cannot mix devices
+            else:
+                index = devices.device_of(tensors[0]) if len(tensors) == 1 else None
             if target == _ELSEWHERE:
                 with placement.elsewhere_requested():
                     return func(*args, **kwargs)
+            if index is not None and isinstance(func, _CPP_FUNCTIONS) and all(type(t) in _PLAIN for t in tensors):
+                # what its C++ makes from the inputs' options alone is on their GPU (placement.issue_on); a
+                # Python function or a tensor subclass may make host tensors of its own, which stay host tensors
+                previous = placement.issue_on(index)
+                try:
+                    return func(*args, **kwargs)
+                finally:
+                    placement.issue_on(previous)
             return func(*args, **kwargs)
         if target != _HOST and (placement.infra_mode_active() or placement.program_mode_active()
                                 or not all(type(t) in _PLAIN for t in placement.tensors_of(args, kwargs))):

@@ -60,6 +60,29 @@ for make in (lambda x: torch.sgn(x), lambda x: torch.normal(x, x.abs() + 1),
     gg = torch.func.grad(lambda t: make(t).sum())(x.detach())
     assert gg.device == torch.device("cuda:1"), gg.device
 
+# zero gradients made from the gradient's options in a node that saves no tensor (repeat's for a zero repeat,
+# normal's for a mean with a float std, for a std with a float mean): the GPU of the node's inputs, found
+# through their producers (a leaf, a transfer's target, an intermediate's saved tensors)
+x0 = torch.randn(2, 3, device="cuda:0", requires_grad=True)
+for make, source in [(lambda t: t.repeat(0, 2), lambda: x1), (lambda t: (t * t).repeat(2, 0, 1), lambda: x1),
+                     (lambda t: torch.normal(t, 0.5), lambda: x1), (lambda t: torch.normal(2.7, t.abs() + 1), lambda: x1),
+                     (lambda t: torch.normal(t, 0.5), lambda: x0)]:
+    x1 = x0.detach().to("cuda:1").requires_grad_()
+    given = source()
+    inner = given.to("cuda:1") if given.device != torch.device("cuda:1") else given  # a transfer, x0 to cuda:1
+    out = make(inner)
+    for wrt in {id(inner): inner, id(given): given}.values():
+        g, = torch.autograd.grad(out.sum(), wrt, retain_graph=True)
+        assert g.device == wrt.device and not g.any(), (g.device, wrt.device)
+
+# what a C++ function makes from its input's options alone (the norm of an empty matrix) is on its GPU
+for shape, ord in [((0, 0), 2), ((5, 0), 2), ((0, 0), 1), ((0, 5), 1), ((0, 0), float("inf")), ((0, 5), float("inf"))]:
+    for dtype in (torch.float32, torch.float64, torch.complex64):
+        got = torch.linalg.norm(torch.zeros(shape, device="cuda:1", dtype=dtype), ord=ord)
+        want = torch.linalg.norm(torch.zeros(shape, dtype=dtype), ord=ord)
+        assert got.device == torch.device("cuda:1") and got.dtype == want.dtype, (shape, ord, got.device, got.dtype)
+        assert torch.equal(got.cpu(), want) and want.device == torch.device("cpu")
+
 # torch.Size stays torch.Size; integer devices mean CUDA devices
 t = torch.zeros(2, 3, device=1)
 assert type(t.size()) is torch.Size and type(t.shape) is torch.Size and t.get_device() == 1

@@ -54,8 +54,8 @@ else:
 
 # complex32 and float16 kernels CUDA has and the host lacks: wide, rounded once; others stay refused
 z = torch.randn(4, device="cuda:1", dtype=torch.complex64)
-for fn in (torch.cos, torch.cosh, torch.acos, torch.acosh, torch.atanh, torch.sum, torch.prod, lambda t: t.sum(0),
-           lambda t: t ** 2, lambda t: torch.pow(t, t)):
+for fn in (torch.cos, torch.cosh, torch.acos, torch.acosh, torch.atanh, torch.sum, torch.prod, torch.sigmoid,
+           lambda t: t.sum(0), lambda t: t ** 2, lambda t: torch.pow(t, t)):
     got = fn(z.to(torch.complex32))
     want = fn(z.cpu().to(torch.complex32).to(torch.complex64)).to(torch.complex32)
     assert got.device == torch.device("cuda:1") and got.dtype == torch.complex32, (got.device, got.dtype)
@@ -75,4 +75,27 @@ host_loss = torch.nn.functional.multi_margin_loss(host_scores, torch.tensor([0, 
 host_loss.backward()
 assert loss.dtype == torch.float16 and loss.device == torch.device("cuda:1") and scores.grad.dtype == torch.float16
 assert loss.item() == host_loss.half().item() and torch.equal(scores.grad.cpu(), host_scores.grad.half())
+
+# dtypes CUDA computes and the host refuses outright: abs of bool (the identity), nansum of complex inputs
+# (NaN elements, by their real or imaginary part, count as zero); on the host both stay refused
+flags = torch.tensor([[True, False], [False, True]], device="cuda:1")
+got = torch.abs(flags)
+assert got.device == torch.device("cuda:1") and got.dtype == torch.bool and torch.equal(got.cpu(), flags.cpu())
+nan = float("nan")
+values = torch.tensor([[1 + 2j, complex(nan, 1)], [3 - 1j, complex(2, nan)]], dtype=torch.complex64)
+for dtype in (torch.complex32, torch.complex64, torch.complex128):
+    c = values.to(dtype).to("cuda:1")
+    for kwargs, want in [({}, [4 + 1j]), ({"dim": 1}, [1 + 2j, 3 - 1j]), ({"dim": 0, "keepdim": True}, [[4 + 1j, 0j]])]:
+        got = torch.nansum(c, **kwargs)
+        assert got.device == torch.device("cuda:1") and got.dtype == dtype, (dtype, kwargs, got.device, got.dtype)
+        want = torch.tensor(want, dtype=torch.complex128).reshape(got.shape)
+        torch.testing.assert_close(got.cpu().to(torch.complex128), want)
+assert torch.nansum(values.to("cuda:1"), dtype=torch.complex128).dtype == torch.complex128
+for refused, words in ((lambda: torch.abs(flags.cpu()), "Bool"), (lambda: torch.nansum(values), "complex")):
+    try:
+        refused()
+    except (RuntimeError, NotImplementedError) as e:
+        assert words in str(e), e
+    else:
+        raise AssertionError("the host ran an op its kernels refuse")
 print("OK half_precision")

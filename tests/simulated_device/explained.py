@@ -56,24 +56,7 @@ EXPLAINED: dict[tuple[str, str, str], str] = {
        for check in ("cuda", "autocast")},
 }
 
-_DTYPE_GAP = ("CUDA has a kernel for this dtype (abs: bool; softsign: complex32) and the host has none "
-              "(NotImplementedError '... not implemented for ...'): half_kernels.py's list is to extend (found by "
-              "the --opinfo-all tier)")
-OPEN: dict[tuple[str, str, str], str] = {
-    **{(name, "", "cuda"): _DTYPE_GAP for name in ("abs", "nn.functional.softsign")},
-    ("nansum", "", "cuda"): ("CUDA sums complex inputs with nansum, the host refuses them ('nansum on CPU does not "
-                             "support complex inputs'): a host stand-in (where(isnan, 0, x).sum()) is to write"),
-    ("linalg.norm", "*", "cuda"): ("the matrix 2-/inf-/1-norm of an empty matrix: torch's C++ makes the result with "
-                                  "the input's host options and no tensor argument, so placement cannot tell its "
-                                  "GPU (placement.py; zero gradients have the backward node, this has nothing)"),
-    **{("normal", "", check): ("normal(mean, std: float)'s gradient for mean is a zero tensor made with host options "
-                               "in a backward node that saves no tensor: placement.py cannot tell its GPU (zero "
-                               "gradients of nodes that save a GPU tensor are placed)") for check in ("backward",)},
-    **{("repeat", "", check): ("the gradient of 7 of repeat's samples is on the host (every floating dtype; full "
-                               "tier only): not yet understood") for check in ("backward", "grad")},
-    ("istft", "", "backward"): ("the simulated backward defines gradients for other inputs than the host's on "
-                                "complex samples 8-9 (window given): not yet understood"),
-}
+OPEN: dict[tuple[str, str, str], str] = {}
 
 
 def explanation(name: str, variant: str, check: str) -> tuple[str, str] | None:

@@ -244,14 +244,35 @@ class Report:
 
 def host_copy(s: Any) -> Any:
     def to_host(t: Any) -> Any:
-        if isinstance(t, torch.Tensor):
-            return t.detach().cpu().requires_grad_(t.requires_grad)
-        return t
+        if not isinstance(t, torch.Tensor):
+            return t
+        copy = t.detach().cpu()
+        if t.requires_grad and not gradient_reaches(t):
+            return _unreachable(copy)
+        return copy.requires_grad_(t.requires_grad)
 
     copy = s.transform(to_host)
     copy.args = tuple(_host_device(a) for a in copy.args)
     copy.kwargs = {k: _host_device(v) for k, v in copy.kwargs.items()}
     return copy
+
+
+def gradient_reaches(t: torch.Tensor) -> bool:
+    """Whether autograd gives `t` a gradient. Not always where it requires grad: a view made before its base
+    required grad (istft's windows `window[:8]`) reports requires_grad and is a leaf, but no gradient reaches it
+    (on any device)."""
+    if not t.is_leaf:
+        return True
+    with torch.enable_grad():
+        return t.view_as(t).grad_fn.next_functions[0][0] is not None
+
+
+def _unreachable(copy: torch.Tensor) -> torch.Tensor:
+    """`copy` made like such a view, so the host reference treats it as the sample does."""
+    with torch.no_grad():
+        view = copy.view_as(copy)
+    copy.requires_grad_()  # after the view was made: the view reports requires_grad, no gradient reaches it
+    return view
 
 
 def _host_device(value: Any) -> Any:
@@ -349,13 +370,14 @@ def _nth(made: Callable[[], list], index: int) -> Any:
 
 def expected_device(s: Any) -> str:
     """Where the outputs of a sample made on the GPU belong, as CUDA gives them: the input's GPU, unless the
-    sample asks for the host by name (new_ones(..., device="cpu"), full_like, randint_like); a factory
-    sample without a tensor input makes its result where its device argument says (none: the host,
-    arange(2))."""
+    sample asks for the host by name (new_ones(..., device="cpu"), full_like, randint_like); a sample whose
+    input is a number takes its tensor arguments' GPU (normal(2.7, std)); a factory sample without a tensor
+    makes its result where its device argument says (none: the host, arange(2))."""
     asked = s.kwargs.get("device")
     if asked is not None and torch.device(asked).type == "cpu":
         return "cpu"
-    given = next(iter(tensors(s.input)), None)  # the input, or the first of a list of them (stack, meshgrid)
+    # the input, or the first of a list of them (stack, meshgrid), or the first tensor argument
+    given = next(iter(tensors((s.input, s.args, s.kwargs))), None)
     if given is not None:
         return str(given.device)
     return "cpu" if asked is None else f"cuda:{torch.device(asked).index or 0}"
