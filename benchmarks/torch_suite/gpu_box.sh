@@ -9,29 +9,32 @@
 #
 # Environment: OUT (results go to $OUT/torch27/; default reports/gpu_box), SRC (the checkout; default
 # .torchsrc/pytorch-src), WHEELS (expecttest's wheel; default .torchsrc/wheels), PYTHON (default python),
-# JOBS (units at once; default 24), BUDGET (seconds for the runner; default 500), REF (a real run's
+# JOBS (units at once; default 6 for real: more units at once share the same 4 GPUs and NCCL slows each
+# down, 24 ran 100-360 s a unit on 4 H200s; 24 for the simulated modes), BUDGET (seconds for the runner; default 500), REF (a real run's
 # results.json: the simulated run then runs only what passed there), INSTALL=0 (skip the pip installs),
-# EXTRA (more upstream.py arguments). Each mode writes at most 6 files (the device tool returns 8).
+# EXTRA (more upstream.py arguments), TAG (the output files' name; default the mode). Each mode writes at most 6 files (the device tool returns 8).
 set -u
 mode=${1:?"usage: gpu_box.sh real|sim|sim-dt"}
 PY=${PYTHON:-python}
 SRC=${SRC:-.torchsrc/pytorch-src}
 WHEELS=${WHEELS:-.torchsrc/wheels}
 O=${OUT:-reports/gpu_box}/torch27
-work=/tmp/torch27-$mode
+tag=${TAG:-$mode}  # names the output files: two calls of one mode (e.g. families split with EXTRA) keep both
+work=/tmp/torch27-$tag
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 mkdir -p "$O"
+default_jobs=24
 case $mode in
-  real) args=(--real) ;;
+  real) args=(--real); default_jobs=6 ;;
   sim) args=(--families fsdp2,dtensor,tensor_parallel,device_mesh,functional_collectives,checkpoint) ;;
   sim-dt) args=(--families distributed_test) ;;
   *) echo "gpu_box.sh: unknown mode $mode (real, sim or sim-dt)" >&2; exit 2 ;;
 esac
 if [ "$mode" != real ] && [ -n "${REF:-}" ]; then args+=(--reference "$REF"); fi
 if [ "${INSTALL:-1}" = 1 ]; then
-  $PY -m pip install -q --no-deps --no-build-isolation -e . >"$O/install-$mode.log" 2>&1 || tail -5 "$O/install-$mode.log"
-  $PY -m pip install -q --no-deps --no-index --find-links "$WHEELS" expecttest >>"$O/install-$mode.log" 2>&1 \
-    || tail -5 "$O/install-$mode.log"
+  $PY -m pip install -q --no-deps --no-build-isolation -e . >"$O/install-$tag.log" 2>&1 || tail -5 "$O/install-$tag.log"
+  $PY -m pip install -q --no-deps --no-index --find-links "$WHEELS" expecttest >>"$O/install-$tag.log" 2>&1 \
+    || tail -5 "$O/install-$tag.log"
 fi
 {
   date -u +%FT%TZ
@@ -42,13 +45,13 @@ torch.version.cuda, "python", sys.version.split()[0], "pytest", pytest.__version
     CUDA_VISIBLE_DEVICES= SIMGPU_VISIBLE_DEVICES=0,1,2,3 timeout 120 $PY -m simgpu run --gpus 4 $PY -c 'import torch
 print("simulated:", torch.cuda.device_count(), torch.cuda.get_device_name(0), torch.ones(2, device="cuda:3").device)' 2>&1 | tail -5
   fi
-} >"$O/versions-$mode.txt" 2>&1
-cat "$O/versions-$mode.txt"
+} >"$O/versions-$tag.txt" 2>&1
+cat "$O/versions-$tag.txt"
 start=$(date +%s)
 # shellcheck disable=SC2086
-$PY benchmarks/torch_suite/upstream.py "${args[@]}" --gpus 4 --pytorch-src "$SRC" --chunk 6 --jobs "${JOBS:-24}" \
-  --timeout 300 --budget "${BUDGET:-500}" --out "$work" ${EXTRA:-} >"$O/$mode.log" 2>&1
-echo "exit $? after $(( $(date +%s) - start )) s" >>"$O/$mode.log"
-cp "$work/results.json" "$O/$mode-results.json" 2>/dev/null || echo "no results.json in $work" >>"$O/$mode.log"
-tar czf "$O/$mode-logs.tgz" -C /tmp "torch27-$mode"
-tail -25 "$O/$mode.log"
+$PY benchmarks/torch_suite/upstream.py "${args[@]}" --gpus 4 --pytorch-src "$SRC" --chunk 6 --jobs "${JOBS:-$default_jobs}" \
+  --timeout 300 --budget "${BUDGET:-500}" --out "$work" ${EXTRA:-} >"$O/$tag.log" 2>&1
+echo "exit $? after $(( $(date +%s) - start )) s" >>"$O/$tag.log"
+cp "$work/results.json" "$O/$tag-results.json" 2>/dev/null || echo "no results.json in $work" >>"$O/$tag.log"
+tar czf "$O/$tag-logs.tgz" -C /tmp "torch27-$tag"
+tail -25 "$O/$tag.log"
