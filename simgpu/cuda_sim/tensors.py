@@ -339,12 +339,35 @@ _NO_DEVICE_RULE = {
 }
 
 
+_SPECIAL_CALL = "special"
+_GENERIC: dict[Any, Any] = {}  # a function the mode has seen -> _SPECIAL_CALL, else whether it pairs tensor lists
+
+
+def _generic(func: Callable) -> Any:
+    """What SimCudaMode needs to know of a function, worked out once: _SPECIAL_CALL for those with a case of
+    their own below (whatever their arguments), else whether it pairs its tensor lists element by element."""
+    name = getattr(func, "__name__", "")
+    if (func is torch._C._nn._parse_to or func is torch._C._nn.unflatten_dense_tensors or func is TensorBase.new_tensor
+            or func in half_fft.FUNCTIONS or not isinstance(name, str) or name.startswith("to_sparse")):
+        return _SPECIAL_CALL
+    return placement.pairs_lists(name)
+
+
 class SimCudaMode(TorchFunctionMode):
     """The program's torch calls: device arguments and CUDA's host-tensor rule (module docstring)."""
 
     def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if func in _NO_DEVICE_RULE or placement.is_suspended():
+            return func(*args, **kwargs)
+        pairs = _GENERIC.get(func)
+        if pairs is None:
+            pairs = _GENERIC[func] = _generic(func)
+        if pairs is not _SPECIAL_CALL and "device" not in kwargs and not kwargs.get("pin_memory"):
+            # most calls: no device argument and nothing of the cases below, only CUDA's same-device rule
+            tensors = list(placement.tensors_of(args, kwargs))
+            if len(tensors) > 1 and not pairs:
+                common_device(tensors)
             return func(*args, **kwargs)
         if func is torch._C._nn._parse_to:
             return _parse_to_for_module(args, kwargs)
