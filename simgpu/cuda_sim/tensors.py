@@ -79,6 +79,22 @@ def common_device(tensors: list[torch.Tensor]) -> int | None:
     return found
 
 
+def _same_device(args: tuple, kwargs: dict) -> None:
+    """common_device(list(placement.tensors_of(args, kwargs))) for a call of two tensors or more, without the
+    generators: most of the program's calls pay it."""
+    tensors = []
+    for value in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(value, torch.Tensor):
+            tensors.append(value)
+        elif isinstance(value, (list, tuple)):
+            tensors += [item for item in value if isinstance(item, torch.Tensor)]
+    if len(tensors) > 1:
+        common_device([placement.underlying(t) if _is_wrapped(t) else t for t in tensors])
+
+
+_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+
+
 def _plain(t: Any) -> bool:
     return type(t) in _PLAIN
 
@@ -365,9 +381,8 @@ class SimCudaMode(TorchFunctionMode):
             pairs = _GENERIC[func] = _generic(func)
         if pairs is not _SPECIAL_CALL and "device" not in kwargs and not kwargs.get("pin_memory"):
             # most calls: no device argument and nothing of the cases below, only CUDA's same-device rule
-            tensors = list(placement.tensors_of(args, kwargs))
-            if len(tensors) > 1 and not pairs:
-                common_device(tensors)
+            if not pairs:
+                _same_device(args, kwargs)
             return func(*args, **kwargs)
         if func is torch._C._nn._parse_to:
             return _parse_to_for_module(args, kwargs)
