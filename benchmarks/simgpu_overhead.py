@@ -9,7 +9,9 @@ the machine hits both alike); a run's figure is the median time of its timed ste
 The CPU time rank 0's process spent per step (all its threads) gives a second ratio, `cpu_ratio`:
 on a shared machine the wall ratio moves with the load (FSDP2 at 2 ranks: 0.77x, then 0.98x, two runs
 at load 8.5), the CPU ratio less; the load average goes with every run. --also-no-strict adds a third series
-with the cross-rank check off (SIMGPU_STRICT=0): what the check costs, in the same run.
+with the cross-rank check off (SIMGPU_STRICT=0): what the check costs, in the same run. --baseline DIR adds
+a series simulated by another checkout of simgpu (DIR first on PYTHONPATH, e.g. `git worktree add` or
+`git archive main | tar -x -C DIR`), alternating with the others: a change's before and after in one run.
 """
 from __future__ import annotations
 
@@ -29,15 +31,19 @@ def _torchrun(ranks: int) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
 
 
-def run_once(wrap: str, ranks: int, simulated: bool, model: list[str], strict: bool = True) -> tuple[float, float]:
+def run_once(wrap: str, ranks: int, simulated: bool, model: list[str], strict: bool = True,
+             simgpu_tree: str | None = None) -> tuple[float, float]:
     """The median wall and CPU time (seconds) of a step in one run of the training program
-    (strict=False: the simulator's cross-rank check off, SIMGPU_STRICT=0, to see what it costs)."""
+    (strict=False: the simulator's cross-rank check off, SIMGPU_STRICT=0, to see what it costs;
+    simgpu_tree: simulated by the simgpu of that checkout instead of this one)."""
     program = [str(PROGRAM), "--wrap", wrap, *model]
     if simulated:
         cmd = [sys.executable, "-m", "simgpu", "run", "--gpus", str(ranks), *_torchrun(ranks), *program]
     else:
         cmd = [*_torchrun(ranks), *program, "--device", "cpu", "--backend", "gloo"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", **({} if strict else {"SIMGPU_STRICT": "0"})}
+    if simgpu_tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join([simgpu_tree, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
     if not simulated:  # plain CPU processes: on a machine with GPUs, torch must not pick them (FSDP2's mesh)
         env["CUDA_VISIBLE_DEVICES"] = ""
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
@@ -60,21 +66,27 @@ def main() -> None:
                         help="simulated runs without the cross-rank check (SIMGPU_STRICT=0): what the check costs")
     parser.add_argument("--also-no-strict", action="store_true",
                         help="a third series in the same run: simulated without the cross-rank check")
+    parser.add_argument("--baseline", default=None, metavar="DIR",
+                        help="a series simulated by the simgpu checkout in DIR (the change's before, in the same run)")
     parser.add_argument("--json", default=None, help="write the figures here")
     args = parser.parse_args()
+    if args.baseline is not None and not (Path(args.baseline) / "simgpu" / "__init__.py").is_file():
+        raise SystemExit(f"simgpu_overhead.py: --baseline {args.baseline}: no simgpu package there")
     model = ["--width", str(args.width), "--layers", str(args.layers), "--batch", str(args.batch)]
-    series = {"plain": (False, True), "simulated": (True, not args.no_strict)}
+    series: dict[str, tuple] = {"plain": (False, True, None), "simulated": (True, not args.no_strict, None)}
     if args.also_no_strict:
-        series["no_strict"] = (True, False)
+        series["no_strict"] = (True, False, None)
+    if args.baseline is not None:
+        series["baseline"] = (True, not args.no_strict, str(Path(args.baseline).resolve()))
     rows = []
     for wrap in args.wraps:
         for ranks in args.ranks:
             runs: dict[str, list[tuple[float, float]]] = {name: [] for name in series}
             loads = []
             for _ in range(args.repeats):
-                for name, (simulated, strict) in series.items():
+                for name, (simulated, strict, tree) in series.items():
                     loads.append(os.getloadavg()[0])
-                    runs[name].append(run_once(wrap, ranks, simulated, model, strict=strict))
+                    runs[name].append(run_once(wrap, ranks, simulated, model, strict=strict, simgpu_tree=tree))
             row: dict = {"wrap": wrap, "ranks": ranks, "load_1min": loads}
             for name, got in runs.items():
                 row[f"{name}_s"] = statistics.median(w for w, _ in got)
@@ -87,8 +99,8 @@ def main() -> None:
                     row[f"{prefix}ratio"] = row[f"{name}_s"] / row["plain_s"]
                     row[f"{prefix}cpu_ratio"] = row[f"{name}_cpu_s"] / row["plain_cpu_s"]
             rows.append(row)
-            extra = (f"  no-strict {row['no_strict_ratio']:.2f}x wall {row['no_strict_cpu_ratio']:.2f}x cpu"
-                     if "no_strict_ratio" in row else "")
+            extra = "".join(f"  {name.replace('_', '-')} {row[f'{name}_ratio']:.2f}x wall {row[f'{name}_cpu_ratio']:.2f}x cpu"
+                            for name in ("no_strict", "baseline") if f"{name}_ratio" in row)
             print(f"{wrap:6} {ranks} ranks: plain {row['plain_s'] * 1e3:8.1f} ms ({row['plain_cpu_s'] * 1e3:.1f} cpu)"
                   f"  simulated {row['simulated_s'] * 1e3:8.1f} ms ({row['simulated_cpu_s'] * 1e3:.1f} cpu)"
                   f"  ratio {row['ratio']:.2f}x wall {row['cpu_ratio']:.2f}x cpu{extra}  load {max(loads):.1f}",
@@ -97,6 +109,7 @@ def main() -> None:
         from realgpu.environment import host_run_facts, process_environment
 
         meta = {**process_environment("gloo"), **host_run_facts(HERE.parent), "strict": not args.no_strict,
+                "baseline": args.baseline,
                 "load_1min_at_end": os.getloadavg()[0],
                 "model": {"width": args.width, "layers": args.layers, "batch": args.batch, "tokens_per_sample": 16},
                 "repeats": args.repeats, "command": " ".join(sys.argv)}

@@ -1,5 +1,5 @@
 """The op layer on simulated GPUs (docs/simulated-device-suite.md): CUDA's autocast, torch.func transforms,
-FlexAttention, checkpointing and control flow, scaled_dot_product_attention's CUDA dispatch, each a program run by `simgpu run` in a fresh process (the
+FlexAttention, checkpointing and control flow, scaled_dot_product_attention's CUDA dispatch, the per-op decisions the simulation caches, each a program run by `simgpu run` in a fresh process (the
 simulation patches torch process-wide); and the autocast table held to the installed torch."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tests.test_simgpu_run import SCRIPTS, simgpu_run
 
 
 @pytest.mark.parametrize("script", ["autocast_cuda.py", "functorch_flex.py", "higher_order_ops.py", "checkpointed_hops.py",
-                                    "half_precision.py"])
+                                    "half_precision.py", "fast_paths.py"])
 def test_program_on_simulated_gpus(script: str) -> None:
     done = simgpu_run(2, str(SCRIPTS / script))
     assert done.returncode == 0, done.stdout + done.stderr[-5000:]

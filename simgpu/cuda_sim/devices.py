@@ -256,7 +256,7 @@ def place(t: torch.Tensor, index: int | None) -> torch.Tensor:
 def adopt(t: torch.Tensor, index: int) -> torch.Tensor:
     """Put `t`'s storage on simulated GPU `index` unless it is there already; a host storage moves
     (C++ makes tensors from a simulated tensor's host options), one on another GPU is an error."""
-    storage = innermost(t).untyped_storage()
+    storage = (innermost(t) if _is_functorch_wrapped(t) else t).untyped_storage()
     old = getattr(storage, LABEL, None)
     if old == index:
         return t
@@ -302,9 +302,10 @@ class _RecordedAllocation(_Allocation):
 def account(storage: Any, index: int) -> None:
     """Charge a storage now living on simulated GPU `index` what the CUDA caching allocator would, until
     it is freed (torch.cuda.OutOfMemoryError when the GPU cannot hold it; simgpu.cuda_sim.memory)."""
-    t = table()
+    t = _table or table()
     nbytes = storage.nbytes()
-    stream = stream_key(index)
+    current_stream = current_streams.by_gpu.get(index)
+    stream = 0 if current_stream is None else id(current_stream)  # stream_key(index), on every op's path
     recorder = memory_history.recorder
     if recorder is None:
         block = t.memory[index].allocate(nbytes, stream)

@@ -36,6 +36,7 @@ aten = torch.ops.aten
 _state = threading.local()
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _CPU = torch.device("cpu")
+_STRIDED = torch.strided
 
 
 _META = torch.device("meta")
@@ -200,11 +201,32 @@ def gpu_of(tensors: Any) -> int | None:
     return found
 
 
+def gpu_of_call(args: tuple, kwargs: dict) -> int | None:
+    """gpu_of(tensors_of(args, kwargs, unwrap=False)) without the generators: every op pays it."""
+    found: int | None = None
+    device_of = devices.device_of
+    for value in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(value, torch.Tensor):
+            index = device_of(value)
+        elif isinstance(value, (list, tuple)):
+            index = gpu_of(item for item in value if isinstance(item, torch.Tensor))
+        else:
+            continue
+        if index is None or index == found:
+            continue
+        if found is not None:
+            raise mixed_devices(f"cuda:{found}", f"cuda:{index}")
+        found = index
+    return found
+
+
 def label(out: Any, index: int, inputs: list[torch.Tensor] | None = None) -> Any:
     """Put every tensor of `out` (a tensor, or a list/tuple of them) on simulated GPU `index`."""
-    if isinstance(out, torch.Tensor):
-        if type(out) in _PLAIN and out.layout == torch.strided:
+    if type(out) in _PLAIN:
+        if out.layout is _STRIDED:
             devices.adopt(out, index)
+    elif isinstance(out, torch.Tensor):
+        pass  # a subclass (DTensor, FakeTensor): its inner tensors are placed where they are made
     elif isinstance(out, (list, tuple)):
         for item in out:
             label(item, index)
@@ -325,12 +347,20 @@ class PlacementMode(TorchDispatchMode):
                 return _higher_order(func, args, kwargs or {})
             op = _OPS[func] = _Op(func)
         kwargs = kwargs or {}
-        if types and any(getattr(t, "__torch_dispatch__", _NO_DISPATCH) is not _NO_DISPATCH for t in types):
+        if types and _subclass_among(types):
             if infra_mode_active():  # tracing (FakeTensor, proxies, functionalization): not ours to place
                 return op.run(*args, **kwargs)
             return NotImplemented  # a tensor subclass (DTensor, ...) dispatches first; its local ops come back here
         if getattr(_state, "suspended", 0):
             return op.run(*args, **kwargs)
+        if op.plain:  # most ops: the results take the inputs' GPU (the general rule below, its other cases ruled out)
+            target = gpu_of_call(args, kwargs)
+            if target is None:
+                return op.run(*args, **kwargs)
+            if autocast.enabled_here():
+                with autocast.inner_ops_cast():
+                    return label(op.run(*args, **kwargs), target)
+            return label(op.run(*args, **kwargs), target)
         if op.special is not None:
             return op.special(op.run, args, kwargs)
         if op.composite and torch.is_inference_mode_enabled() and not infra_mode_active():
@@ -356,7 +386,7 @@ class PlacementMode(TorchDispatchMode):
             # device=cpu below Python is C++ passing a simulated tensor's own (host) options on, as in
             # autograd's `grad.to(self.options())`: the result stays with the inputs. The program's
             # own host requests (.cpu(), device="cpu") are settled in tensors.py before reaching here.
-            target = gpu_of(tensors_of(args, kwargs, unwrap=False))
+            target = gpu_of_call(args, kwargs)
             if target is None and device is not None and next(tensors_of(args, kwargs, unwrap=False), None) is None:
                 target = _backward_node_gpu()
                 if target is None:
@@ -514,7 +544,7 @@ class _Op:
     """What placement needs to know of an aten overload, worked out once."""
 
     __slots__ = ("run", "special", "pairs_lists", "has_device", "random", "takes_generator", "blas", "host_outputs",
-                 "composite")
+                 "composite", "plain")
 
     def __init__(self, func: Any):
         packet = func.overloadpacket
@@ -531,6 +561,26 @@ class _Op:
         self.host_outputs = getattr(self.run, "host_outputs", ())  # a stand-in's outputs CUDA keeps on the host
         # torch decomposes these in C++ above this mode, except where autograd's keys are off (inference_mode)
         self.composite = packet not in STAND_INS and _has_composite_kernel(func)
+        # none of the above: the inputs' GPU is the whole rule (decided once per overload, not per call)
+        self.plain = not (self.special is not None or self.pairs_lists or self.has_device or self.random
+                          or self.blas is not None or self.host_outputs or self.composite or func is _ZERO_TENSOR)
+
+
+_DISPATCHING: dict[Any, bool] = {}  # a dispatch call's `types` -> whether a tensor subclass is among them
+
+
+def _subclass_among(types: Any) -> bool:
+    """Whether a tensor subclass with a __torch_dispatch__ of its own is among an op's argument types (cached:
+    the same few tuples come back on every op)."""
+    try:
+        known = _DISPATCHING.get(types)
+    except TypeError:  # not hashable
+        known = None
+        types = tuple(types)
+    if known is None:
+        known = _DISPATCHING[types] = any(getattr(t, "__torch_dispatch__", _NO_DISPATCH) is not _NO_DISPATCH
+                                          for t in types)
+    return known
 
 
 _OPS: dict[Any, _Op] = {}

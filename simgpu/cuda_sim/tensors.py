@@ -82,6 +82,24 @@ def common_device(tensors: list[torch.Tensor]) -> int | None:
     return found
 
 
+def _same_device(args: tuple, kwargs: dict) -> tuple[list[torch.Tensor], int | None]:
+    """The call's tensors and their simulated GPU: common_device(list(placement.tensors_of(args, kwargs)))
+    without the generators (most of the program's calls pay it); one tensor's GPU is not checked against others."""
+    tensors = []
+    for value in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(value, torch.Tensor):
+            tensors.append(value)
+        elif isinstance(value, (list, tuple)):
+            tensors += [item for item in value if isinstance(item, torch.Tensor)]
+    if not tensors:
+        return tensors, None
+    unwrapped = [placement.underlying(t) if _is_wrapped(t) else t for t in tensors]
+    return tensors, common_device(unwrapped) if len(unwrapped) > 1 else devices.device_of(unwrapped[0])
+
+
+_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+
+
 def _plain(t: Any) -> bool:
     return type(t) in _PLAIN
 
@@ -363,6 +381,29 @@ _NO_DEVICE_RULE = {
 
 
 _CPP_FUNCTIONS = (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)
+_SPECIAL_CALL = "special"
+_GENERIC: dict[Any, Any] = {}  # a function the mode has seen -> _SPECIAL_CALL, else whether it pairs tensor lists
+
+
+def _generic(func: Callable) -> Any:
+    """What SimCudaMode needs to know of a function, worked out once: _SPECIAL_CALL for those with a case of
+    their own below (whatever their arguments), else whether it pairs its tensor lists element by element."""
+    name = getattr(func, "__name__", "")
+    if (func is torch._C._nn._parse_to or func is torch._C._nn.unflatten_dense_tensors or func is TensorBase.new_tensor
+            or func in half_fft.FUNCTIONS or not isinstance(name, str) or name.startswith("to_sparse")):
+        return _SPECIAL_CALL
+    return placement.pairs_lists(name)
+
+
+def _issued_on(index: int, func: Callable, args: tuple, kwargs: dict) -> Any:
+    """Call a C++ function whose tensors are all plain ones on GPU `index`: what its C++ makes from the
+    inputs' options alone is on that GPU (placement.issue_on). A Python function or a tensor subclass may
+    make host tensors of its own, which stay host tensors, so they are not called this way."""
+    previous = placement.issue_on(index)
+    try:
+        return func(*args, **kwargs)
+    finally:
+        placement.issue_on(previous)
 
 
 class SimCudaMode(TorchFunctionMode):
@@ -371,6 +412,16 @@ class SimCudaMode(TorchFunctionMode):
     def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if func in _NO_DEVICE_RULE or placement.is_suspended():
+            return func(*args, **kwargs)
+        pairs = _GENERIC.get(func)
+        if pairs is None:
+            pairs = _GENERIC[func] = _generic(func)
+        if pairs is not _SPECIAL_CALL and "device" not in kwargs and not kwargs.get("pin_memory"):
+            # most calls: no device argument and nothing of the cases below, only CUDA's same-device rule
+            if not pairs:
+                tensors, index = _same_device(args, kwargs)
+                if index is not None and isinstance(func, _CPP_FUNCTIONS) and all(type(t) in _PLAIN for t in tensors):
+                    return _issued_on(index, func, args, kwargs)
             return func(*args, **kwargs)
         if func is torch._C._nn._parse_to:
             return _parse_to_for_module(args, kwargs)
@@ -402,13 +453,7 @@ class SimCudaMode(TorchFunctionMode):
                 with placement.elsewhere_requested():
                     return func(*args, **kwargs)
             if index is not None and isinstance(func, _CPP_FUNCTIONS) and all(type(t) in _PLAIN for t in tensors):
-                # what its C++ makes from the inputs' options alone is on their GPU (placement.issue_on); a
-                # Python function or a tensor subclass may make host tensors of its own, which stay host tensors
-                previous = placement.issue_on(index)
-                try:
-                    return func(*args, **kwargs)
-                finally:
-                    placement.issue_on(previous)
+                return _issued_on(index, func, args, kwargs)
             return func(*args, **kwargs)
         if target != _HOST and (placement.infra_mode_active() or placement.program_mode_active()
                                 or not all(type(t) in _PLAIN for t in placement.tensors_of(args, kwargs))):

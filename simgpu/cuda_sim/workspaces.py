@@ -90,12 +90,28 @@ def _handle(index: int) -> int:
     return handle
 
 
+_charged = threading.local()  # .done: what this thread has been charged already (a set of _charged_key's)
+
+
+def _charged_key(index: int, stream: int, lt: bool) -> tuple:
+    """A charge the calling thread (or the autograd engine's work on it) has made: once made it stays made
+    (workspaces are kept), so its next calls skip the lock, the handle and the environment."""
+    return (torch._C._current_autograd_node() is not None, index, stream, lt)
+
+
 def charge(packet: object, index: int, args: tuple, kwargs: dict) -> None:
     """Charge GPU `index` the workspaces that `packet`'s CUDA kernel would allocate on its first call from
     this thread and stream (once; they are kept, as torch keeps them)."""
     stream = devices.stream_key(index)
+    lt = uses_cublaslt(packet, args, kwargs)
+    done = getattr(_charged, "done", None)
+    if done is None:
+        done = _charged.done = set()
+    known = _charged_key(index, stream, lt)
+    if known in done:  # every call after a thread's first on this GPU and stream: nothing new to charge
+        return
     wanted = [("cublas", cublas_workspace_bytes())]
-    if uses_cublaslt(packet, args, kwargs):
+    if lt:
         wanted.append(("cublaslt", cublaslt_workspace_bytes()))
     with _lock:
         handle = _handle(index)
@@ -106,3 +122,4 @@ def charge(packet: object, index: int, args: tuple, kwargs: dict) -> None:
                 memory = devices.memory_of(index)
                 # kept for good (traced, if recording: an allocation with no free, as on CUDA)
                 _held[key] = memory.allocate(nbytes, stream) if recorder is None else recorder.allocate(memory, nbytes, stream)
+    done.add(known)
