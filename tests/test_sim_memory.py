@@ -170,3 +170,27 @@ def test_memory_stats_equal_an_h200s_for_the_recorded_sequence() -> None:
     differ = {key: (value, ours[key]) for key, value in recorded["stats"].items()
               if value != ours[key]}
     assert not differ, differ
+
+
+def test_a_free_from_inside_an_allocation_waits_for_it_instead_of_deadlocking() -> None:
+    """The garbage collector can run a storage's finalizer (a free) while this thread is inside allocate:
+    the free comes back when the allocation is done. A plain lock taken again hung the OpInfo sweep."""
+    import threading
+
+    gpu = memory.DeviceMemory(0, 80 << 30)
+    victim = gpu.allocate(4 * MIB)
+    new_segment = gpu._new_segment
+
+    def finalizer_runs_meanwhile(*args: object) -> memory.Block:
+        gpu.free(victim, 4 * MIB)               # as a __del__ would, from inside the allocation
+        assert victim.allocated                 # not yet: the allocation in progress comes first
+        return new_segment(*args)
+
+    gpu._new_segment = finalizer_runs_meanwhile
+    done: list = []
+    worker = threading.Thread(target=lambda: done.append(gpu.allocate(30 * MIB)), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert done, "allocate never returned: the free from inside it deadlocked"
+    assert not victim.allocated and gpu.total_allocated() == 30 * MIB
+    assert gpu.stats()["allocation.all.current"] == 1

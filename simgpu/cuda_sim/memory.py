@@ -139,6 +139,8 @@ class DeviceMemory:
         self.segments: dict[int, Block] = {}  # a segment's address -> its first block
         self._next_address = _ADDRESS_BASE + index * _DEVICE_SPAN
         self._lock = threading.Lock()
+        self._holder: int | None = None                   # the thread inside allocate or free, if any
+        self._deferred: list[tuple[Block, int]] = []        # frees that came in meanwhile (garbage collection)
         self._rows = (self._block_rows(0), self._block_rows(1))  # the Stats a block of each pool updates
         self._split_rows = tuple(tuple(self.stat[name][column] for name in ("inactive_split", "inactive_split_bytes")
                                        for column in (0, 1 + pool)) for pool in (0, 1))
@@ -194,34 +196,41 @@ class DeviceMemory:
             return None
         pool = 0 if size <= SMALL_SIZE else 1
         with self._lock:
-            free = self.free_blocks.get((pool, stream))
-            i = bisect.bisect_left(free, (size, 0)) if free else 0
-            block = free.pop(i)[2] if free and i < len(free) else self._new_segment(pool, stream, size)
-            already_split = block.prev is not None or block.next is not None
-            remaining = block.size - size
-            if remaining >= MIN_BLOCK if pool == 0 else remaining > SMALL_SIZE:
-                rest = Block(remaining, block.addr + size, pool, stream)
-                rest.prev, rest.next = block, block.next
-                if block.next is not None:
-                    block.next.prev = rest
-                block.next = rest
-                block.size = size
-                bisect.insort(self.free_blocks.setdefault((pool, stream), []), (remaining, rest.addr, rest))
-                if already_split:  # an inactive split block shrinks by what is taken
-                    self._split_changed(pool, 0, -size)
-                else:  # a new inactive split block: the rest of a block that was whole
-                    self._split_changed(pool, 1, remaining)
-            elif already_split:  # an inactive split block becomes active whole
-                self._split_changed(pool, -1, -block.size)
-            block.allocated, block.requested = True, nbytes
-            count, count_pool, allocated, allocated_pool, asked, asked_pool = self._rows[pool]
-            count.grow(1)
-            count_pool.grow(1)
-            allocated.grow(block.size)
-            allocated_pool.grow(block.size)
-            asked.grow(nbytes)
-            asked_pool.grow(nbytes)
-            return block
+            self._holder = threading.get_ident()
+            try:
+                return self._allocate(nbytes, size, pool, stream)
+            finally:
+                self._run_deferred()
+
+    def _allocate(self, nbytes: int, size: int, pool: int, stream: int) -> Block:
+        free = self.free_blocks.get((pool, stream))
+        i = bisect.bisect_left(free, (size, 0)) if free else 0
+        block = free.pop(i)[2] if free and i < len(free) else self._new_segment(pool, stream, size)
+        already_split = block.prev is not None or block.next is not None
+        remaining = block.size - size
+        if remaining >= MIN_BLOCK if pool == 0 else remaining > SMALL_SIZE:
+            rest = Block(remaining, block.addr + size, pool, stream)
+            rest.prev, rest.next = block, block.next
+            if block.next is not None:
+                block.next.prev = rest
+            block.next = rest
+            block.size = size
+            bisect.insort(self.free_blocks.setdefault((pool, stream), []), (remaining, rest.addr, rest))
+            if already_split:  # an inactive split block shrinks by what is taken
+                self._split_changed(pool, 0, -size)
+            else:  # a new inactive split block: the rest of a block that was whole
+                self._split_changed(pool, 1, remaining)
+        elif already_split:  # an inactive split block becomes active whole
+            self._split_changed(pool, -1, -block.size)
+        block.allocated, block.requested = True, nbytes
+        count, count_pool, allocated, allocated_pool, asked, asked_pool = self._rows[pool]
+        count.grow(1)
+        count_pool.grow(1)
+        allocated.grow(block.size)
+        allocated_pool.grow(block.size)
+        asked.grow(nbytes)
+        asked_pool.grow(nbytes)
+        return block
 
     def _new_segment(self, pool: int, stream: int, size: int) -> Block:
         grow = segment_size(size)
@@ -242,46 +251,72 @@ class DeviceMemory:
         """Give a block back to its pool's cache, merged with its free neighbours (free_block)."""
         if block is None:
             return
+        if self._holder == threading.get_ident():
+            # this thread is inside allocate or free already: a storage's finalizer run by the garbage
+            # collector in the middle of it. The block goes back once that call is done (a lock taken
+            # again here would never be given).
+            self._deferred.append((block, nbytes))
+            return
         with self._lock:
-            pool = block.pool
-            count, count_pool, allocated, allocated_pool, asked, asked_pool = self._rows[pool]
-            count.shrink(1)
-            count_pool.shrink(1)
-            allocated.shrink(block.size)
-            allocated_pool.shrink(block.size)
-            asked.shrink(nbytes)
-            asked_pool.shrink(nbytes)
-            block.allocated = False
-            free = self.free_blocks.setdefault((pool, block.stream), [])
-            blocks_change = bytes_change = 0  # inactive split blocks, applied once as CUDA's free_block does
-            for neighbour in (block.prev, block.next):
-                if neighbour is None or neighbour.allocated:
-                    continue
-                del free[bisect.bisect_left(free, (neighbour.size, neighbour.addr))]
-                blocks_change -= 1
-                bytes_change -= neighbour.size
-                if neighbour is block.prev:  # the merged block starts where its free predecessor did
-                    block.addr, block.prev = neighbour.addr, neighbour.prev
-                    if block.prev is not None:
-                        block.prev.next = block
-                    else:  # the predecessor was the segment's first block
-                        self.segments[block.addr] = block
-                else:
-                    block.next = neighbour.next
-                    if block.next is not None:
-                        block.next.prev = block
-                block.size += neighbour.size
-            bisect.insort(free, (block.size, block.addr, block))
-            if block.prev is not None or block.next is not None:
-                blocks_change += 1
-                bytes_change += block.size
-            if blocks_change or bytes_change:
-                self._split_changed(pool, blocks_change, bytes_change)
+            self._holder = threading.get_ident()
+            try:
+                self._free(block, nbytes)
+            finally:
+                self._run_deferred()
+
+    def _run_deferred(self) -> None:
+        """The frees that came in during this thread's allocate or free; then the lock is nobody's."""
+        try:
+            while self._deferred:
+                self._free(*self._deferred.pop())
+        finally:
+            self._holder = None
+
+    def _free(self, block: Block, nbytes: int) -> None:
+        pool = block.pool
+        count, count_pool, allocated, allocated_pool, asked, asked_pool = self._rows[pool]
+        count.shrink(1)
+        count_pool.shrink(1)
+        allocated.shrink(block.size)
+        allocated_pool.shrink(block.size)
+        asked.shrink(nbytes)
+        asked_pool.shrink(nbytes)
+        block.allocated = False
+        free = self.free_blocks.setdefault((pool, block.stream), [])
+        blocks_change = bytes_change = 0  # inactive split blocks, applied once as CUDA's free_block does
+        for neighbour in (block.prev, block.next):
+            if neighbour is None or neighbour.allocated:
+                continue
+            del free[bisect.bisect_left(free, (neighbour.size, neighbour.addr))]
+            blocks_change -= 1
+            bytes_change -= neighbour.size
+            if neighbour is block.prev:  # the merged block starts where its free predecessor did
+                block.addr, block.prev = neighbour.addr, neighbour.prev
+                if block.prev is not None:
+                    block.prev.next = block
+                else:  # the predecessor was the segment's first block
+                    self.segments[block.addr] = block
+            else:
+                block.next = neighbour.next
+                if block.next is not None:
+                    block.next.prev = block
+            block.size += neighbour.size
+        bisect.insort(free, (block.size, block.addr, block))
+        if block.prev is not None or block.next is not None:
+            blocks_change += 1
+            bytes_change += block.size
+        if blocks_change or bytes_change:
+            self._split_changed(pool, blocks_change, bytes_change)
 
     def empty_cache(self) -> None:
         """torch.cuda.empty_cache: give back every segment that is one free block (release_cached_blocks)."""
         with self._lock:
-            self._release_cached()
+            self._holder = threading.get_ident()
+            try:
+                self._run_deferred()
+                self._release_cached()
+            finally:
+                self._run_deferred()
 
     def _release_cached(self) -> None:
         self.stream_syncs += 1

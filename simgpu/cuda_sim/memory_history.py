@@ -69,7 +69,7 @@ class Recorder:
     max_entries: int
     entries: dict[int, collections.deque] = field(default_factory=dict)        # device -> trace entries
     frames: dict[memory_model.Block, list] = field(default_factory=dict)        # a live block -> its allocation's stack
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: Any = field(default_factory=threading.RLock)  # re-entered by a finalizer the collector runs
 
     def _entry(self, index: int, entry: dict[str, Any]) -> None:
         if self.trace:
