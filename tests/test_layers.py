@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                            "simgpu.torch_support")),
     ("simulator", ("simgpu.settings", "simgpu.nccl_rules", "simgpu.strict", "simgpu.issue_order", "simgpu.faults",
                    "simgpu.p2p_pairs",
-                   "simgpu.p2p_check", "simgpu.gloo_listener", "simgpu.backend", "simgpu.comm_log", "simgpu.cost_model", "simgpu.cuda_sim",
+                   "simgpu.p2p_check", "simgpu.gloo_listener", "simgpu.collective_echo", "simgpu.backend", "simgpu.comm_log", "simgpu.cost_model", "simgpu.cuda_sim",
                    "simgpu.cuda_sim.*")),
     ("ranks", ("simgpu", "simgpu.protocol", "simgpu.pool", "simgpu.rank", "simgpu.outcomes", "simgpu.tracebacks",
                "simgpu.attach", "simgpu.in_step", "simgpu.selection")),
