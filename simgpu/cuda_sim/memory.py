@@ -60,10 +60,6 @@ def segment_size(block: int) -> int:
     return ROUND_LARGE * -(-block // ROUND_LARGE)
 
 
-def _pool(block: int) -> int:
-    return 0 if block <= SMALL_SIZE else 1
-
-
 POOL_NAMES = ("small_pool", "large_pool")  # c10's StatType order after "all"
 TRACKED = ("allocation", "allocated_bytes", "requested_bytes", "segment", "reserved_bytes", "inactive_split",
            "inactive_split_bytes")
