@@ -338,7 +338,10 @@ def grad_inputs(s: Any) -> list[torch.Tensor]:
     return [t for t in tensors((s.input, s.args, s.kwargs)) if t.requires_grad]
 
 
-def sweep(full: bool, shard: int, shards: int, only: set[str] | None, reference: dict, report: Report) -> None:
+def sweep(full: bool, shard: int, shards: int, only: set[str] | None, reference: dict, report: Report,
+          after_op: Callable[[], None] = lambda: None) -> None:
+    """`after_op` runs after each op variant: main() writes the report there, so a shard stopped by a time
+    limit (a GPU box's call) still leaves what it did."""
     for position, op in enumerate(op_db()):
         if position % shards != shard or (only and op.name not in only):
             continue
@@ -356,6 +359,7 @@ def sweep(full: bool, shard: int, shards: int, only: set[str] | None, reference:
                 check_sample(op, s, dtype, key_of(op, dtype, index), backward, random or drops_out(op, s), reference,
                              report, None if recorded is None else functools.partial(_nth, recorded, index))
         report.seconds[f"{op.name}|{op.variant_test_name}"] = round(time.monotonic() - began, 2)
+        after_op()
 
 
 def _as_recorded(op: Any, dtype: torch.dtype, full: bool) -> Callable[[], list]:
@@ -533,10 +537,15 @@ def main(argv: list[str] | None = None) -> int:
     reference, ref_meta = load_reference(ns.reference)
     report = Report()
     start = time.monotonic()
-    sweep(ns.full, shard, shards, only, reference, report)
-    write_report(report, ns.out, {"torch": torch.__version__, "full": ns.full, "shard": ns.shard,
-                                  "expected_ops": len(op_db()[shard::shards]) if not only else len(only),
-                                  "reference": ref_meta, "seconds": round(time.monotonic() - start, 1)})
+
+    def write(finished: bool) -> None:
+        write_report(report, ns.out, {"torch": torch.__version__, "full": ns.full, "shard": ns.shard,
+                                      "expected_ops": len(op_db()[shard::shards]) if not only else len(only),
+                                      "finished": finished, "reference": ref_meta,
+                                      "seconds": round(time.monotonic() - start, 1)})
+
+    sweep(ns.full, shard, shards, only, reference, report, after_op=lambda: write(False))
+    write(True)
     return 0
 
 
