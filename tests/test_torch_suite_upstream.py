@@ -3,6 +3,7 @@ driver, and how --budget cuts units. No PyTorch checkout and no simulation neede
 from __future__ import annotations
 
 import argparse
+import json
 import importlib.util
 import sys
 import time
@@ -63,8 +64,29 @@ def test_tests_on_one_fixed_port_share_a_unit_of_their_own(upstream, tmp_path: P
                  f"{rel}::DeviceMeshTest::test_init_process_group"]
     others = [f"{rel}::DeviceMeshTest::test_{n}" for n in ("a", "b", "init_process_group_x")]
     monkeypatch.setattr(upstream, "collect", lambda *a: (others[:1] + same_port + others[1:], ""))
-    args = argparse.Namespace(families=["device_mesh"], files=None, chunk=2, reference=None, only=None, jobs=1, k=None)
+    args = argparse.Namespace(families=["device_mesh"], files=None, chunk=2, reference=None, only=None, jobs=1, k=None,
+                              skip_known=set())
     units, missing = upstream.units_for(args, tmp_path, "marker", tmp_path, {})
     assert not missing
     assert [u["args"] for u in units if u["name"].endswith("same_port")] == [same_port]
     assert sorted(i for u in units if not u["name"].endswith("same_port") for i in u["args"]) == sorted(others)
+    # --skip-known: a run continuing one cut short leaves out the tests that already have an outcome
+    known = {others[0], same_port[1]}
+    units, _ = upstream.units_for(argparse.Namespace(**{**vars(args), "skip_known": known}), tmp_path, "marker",
+                                  tmp_path, {})
+    assert sorted(i for u in units for i in u["args"]) == sorted(set(others + same_port) - known)
+
+
+def test_compare_merges_several_real_runs(upstream, tmp_path: Path, capsys) -> None:
+    def run(path: str, results: dict) -> str:
+        (tmp_path / path).write_text(json.dumps({"machine": {"mode": path, "torch": "x"}, "results": results}))
+        return str(tmp_path / path)
+
+    t = {"family": "device_mesh", "kind": "other"}
+    first = run("real1.json", {"a": {**t, "outcome": "passed"}, "b": {**t, "outcome": "failed"}})
+    second = run("real2.json", {"c": {**t, "outcome": "passed"}})
+    sim = run("sim.json", {"a": {**t, "outcome": "passed"}, "c": {**t, "outcome": "failed", "message": "boom"}})
+    assert upstream.main(["--compare", f"{first},{second}", sim]) == 0
+    out = capsys.readouterr().out
+    assert "| ALL | 3 | 2 | 2 | 1 | 50% | 50% |" in out
+    assert "- c [device_mesh]: real passed, simulated failed: boom" in out

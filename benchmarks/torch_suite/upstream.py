@@ -175,7 +175,7 @@ def units_for(args: argparse.Namespace, src: Path, marker: str, out: Path,
                 files.append((family, rel))
             else:
                 missing[rel] = family
-    if not (args.chunk or args.reference):
+    if not (args.chunk or args.reference or args.skip_known):
         return [{"family": family, "file": rel, "name": safe(rel),
                  "args": [rel] + (["-k", args.k] if args.k else [])} for family, rel in files], missing
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
@@ -187,6 +187,7 @@ def units_for(args: argparse.Namespace, src: Path, marker: str, out: Path,
         ids = [i for i in ids if not args.only or re.search(args.only, i)]
         if args.reference:  # only what passed there (the measure is of those)
             ids = [i for i in ids if args.reference.get(i, {}).get("outcome") == "passed"]
+        ids = [i for i in ids if i not in args.skip_known]
         same_port = [i for i in ids if SAME_PORT.search(i)]
         if same_port:
             units.append({"family": family, "file": rel, "args": same_port, "name": f"{safe(rel)}.same_port"})
@@ -302,6 +303,7 @@ def distributed_test_units(args: argparse.Namespace, marker: str, out: Path) -> 
         tests = [n for n in names if pattern.match(n) and (not args.only or re.search(args.only, n))]
         if args.reference:  # only what passed there, as for the checkout's files
             tests = [n for n in tests if args.reference.get(prefix + n, {}).get("outcome") == "passed"]
+        tests = [n for n in tests if prefix + n not in args.skip_known]
         size = args.chunk or len(tests) or 1
         for n in range(0, len(tests), size):
             units.append({"family": f"{DISTRIBUTED_TEST}:{subset}", "file": rel, "cwd": REPO,
@@ -426,11 +428,17 @@ def run_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def compare_main(real_path: Path, sim_paths: list[Path], markdown: bool) -> int:
-    real = json.loads(real_path.read_text())
-    runs = [json.loads(p.read_text()) for p in sim_paths]
-    sim = {**runs[0], "results": {k: v for run in runs for k, v in run["results"].items()},
-           "sources": {"files": {k: v for run in runs for k, v in run.get("sources", {}).get("files", {}).items()}}}
+def merged(paths: list[Path]) -> dict:
+    """Several runs of one mode as one: the first run's description, every run's results and sources (a later
+    run's outcome for a test wins)."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    return {**runs[0], "results": {k: v for run in runs for k, v in run["results"].items()},
+            "sources": {"files": {k: v for run in runs for k, v in run.get("sources", {}).get("files", {}).items()}}}
+
+
+def compare_main(real_paths: list[str], sim_paths: list[Path], markdown: bool) -> int:
+    real = merged([Path(p) for p in real_paths])
+    sim = merged(sim_paths)
     sim_path = ", ".join(map(str, sim_paths))
     rows = defaultdict(lambda: Counter())
     disagreements = []
@@ -452,7 +460,7 @@ def compare_main(real_path: Path, sim_paths: list[Path], markdown: bool) -> int:
     for test, s in sorted(sim["results"].items()):
         if test not in real["results"]:
             disagreements.append((test, s["family"], "absent", s["outcome"], s.get("message", "")[:200]))
-    print(f"real: {real['machine'].get('mode')} torch {real['machine'].get('torch')} ({real_path})")
+    print(f"real: {real['machine'].get('mode')} torch {real['machine'].get('torch')} ({', '.join(real_paths)})")
     print(f"sim:  {sim['machine'].get('mode')} torch {sim['machine'].get('torch')} ({sim_path})")
     real_files = {k: v.get("sha256") for k, v in real.get("sources", {}).get("files", {}).items()}
     sim_files = {k: v.get("sha256") for k, v in sim.get("sources", {}).get("files", {}).items()}
@@ -487,6 +495,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="units run at once (default 1)")
     p.add_argument("--reference", type=Path, default=None,
                    help="results.json of a real-GPU run: run only the tests that passed there")
+    p.add_argument("--skip-known", type=Path, default=None,
+                   help="results.json of an earlier run of the same mode: its tests are not run again (a run that "
+                        "continues one cut short by its budget; --compare merges the two)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per unit (default 1800)")
     p.add_argument("--budget", type=float, default=None,
                    help="seconds for the whole run, collection included: each unit's limit is cut so that it ends "
@@ -497,16 +508,18 @@ def main(argv: list[str] | None = None) -> int:
                         "(300 s), which a loaded host can exceed before a test starts")
     p.add_argument("--out", type=Path, default=REPO / "reports" / "torch_suite_upstream")
     p.add_argument("--cpp-stacktraces", action="store_true")
-    p.add_argument("--compare", nargs="+", type=Path, metavar="RESULTS",
-                   help="agreement table: the real-GPU results.json, then one or more simulated ones (merged)")
+    p.add_argument("--compare", nargs="+", metavar="RESULTS",
+                   help="agreement table: the real-GPU results.json (several joined with commas, merged, later "
+                        "ones first), then one or more simulated ones (merged)")
     p.add_argument("--markdown", action="store_true")
     args = p.parse_args(argv)
     if args.compare:
         if len(args.compare) < 2:
             p.error("--compare REAL SIM [SIM ...]")
-        return compare_main(args.compare[0], args.compare[1:], args.markdown)
+        return compare_main(args.compare[0].split(","), [Path(p) for p in args.compare[1:]], args.markdown)
     if args.reference:
         args.reference = json.loads(args.reference.read_text())["results"]
+    args.skip_known = set(json.loads(args.skip_known.read_text())["results"]) if args.skip_known else set()
     return run_main(args)
 
 
