@@ -140,7 +140,8 @@ def describe(reads: dict[str, str | None], initial_env: dict[str, str], library_
     default = torch.get_num_threads() if _thread_count(initial_env) is None else None
     changed = {k: os.environ.get(k) for k in set(initial_env) | set(os.environ)
                if initial_env.get(k) != os.environ.get(k) and k != LISTEN_FD_ENV}
-    return Warm(dict(reads), dict(initial_env), changed, list(sys.path), proxy._flags(), dict(sys._xoptions),
+    reads = {k: v for k, v in reads.items() if k != LISTEN_FD_ENV}  # the template's own descriptor, popped in main
+    return Warm(reads, dict(initial_env), changed, list(sys.path), proxy._flags(), dict(sys._xoptions),
                 list(sys.warnoptions), _limits(), default, problem, set())
 
 

@@ -223,3 +223,20 @@ def test_a_fork_ends_as_the_interpreter_would_without_its_teardown() -> None:
     assert served[1]["stderr"] == ["exit with a message"]
     assert served[0]["files"] == {"log.txt": "WARNING:root:a warning logged\n",
                                   "unclosed.txt": "written, never flushed or closed\n"}
+
+
+def test_the_templates_own_descriptor_variable_read_by_an_import_does_not_refuse_forks(monkeypatch) -> None:
+    """On a GPU box (torch 2.11+cu130) an import during the warm-up reads the whole environment, the
+    template's own SIMGPU_TEMPLATE_LISTEN_FD included, which main() then pops: no fork's environment has
+    it, and every program started without the template (seen on 128 of 128 runs there)."""
+    from simgpu import template
+    from simgpu._boot import template_proxy
+
+    monkeypatch.setattr(template_proxy, "_stream", lambda stream: None)  # pytest's captured stdio
+    env = dict(os.environ)
+    warm = template.describe({template.LISTEN_FD_ENV: "3", "HOME": env.get("HOME")}, env, library_threads=10**6)
+    req = {**template_proxy.request("module", "x"), "fds": []}
+    assert template.LISTEN_FD_ENV not in req["env"]
+    assert template.refusal(warm, req) is None
+    changed = {**req, "env": {**req["env"], "HOME": "/elsewhere"}}  # a variable an import read still counts
+    assert "HOME='/elsewhere' differs" in (template.refusal(warm, changed) or "")
