@@ -33,6 +33,7 @@ import functools
 import gc
 import os
 import secrets
+import sys
 import threading
 from datetime import timedelta
 from typing import Any, Callable, Sequence
@@ -74,9 +75,12 @@ __all__ = ["BACKEND_NAME", "SimProcessGroup", "SimWork", "create_sim_process_gro
 # for Join, which it waits on and then asks for result()) is held there by its C++ half only: once
 # the Python object is collected, C++ finds no override, and wait() waits forever on the base class,
 # result() and getFuture() raise "not implemented". So a work is kept alive here until it completes,
-# and then among the few most recently completed (a C++ caller reads the result right after wait).
-# Not longer: each holds its collective's tensors, and keeping the 4096 most recent works kept
-# FSDP2's all-gather buffers of thousands of calls, growing a rank's memory by the model every step.
+# and then, if C++ may hold it, among the few most recently completed (a C++ caller reads the result
+# right after wait). Not longer: each holds its collective's tensors, and keeping the 4096 most recent
+# works kept FSDP2's all-gather buffers of thousands of calls, growing a rank's memory by the model every
+# step. A work that nobody reads after its wait (_dropped_once_waited) is not kept: on CUDA its buffers
+# are freed then, and keeping it kept 16 collectives' tensors allocated (16 full weights after a
+# state-dict broadcast, DDP's buckets, FSDP2's all-gathers).
 _PENDING_WORKS: collections.OrderedDict = collections.OrderedDict()
 _PENDING_BOUND = 4096
 _RECENTLY_COMPLETED: collections.deque = collections.deque(maxlen=16)
@@ -96,8 +100,40 @@ def unfinished_operations() -> list[str]:
 
 
 def _keep_completed(work: "SimWork") -> None:
-    _RECENTLY_COMPLETED.append(work)
+    if work.cpp_may_hold:
+        _RECENTLY_COMPLETED.append(work)
     _PENDING_WORKS.pop(id(work), None)
+
+
+_SIMGPU_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_PYTHON_API = os.path.join("torch", "distributed", "distributed_c10d.py")
+_OP_CALL = os.path.join("torch", "_ops.py")
+
+
+def _waited_by_python() -> bool:
+    """Whether wait() was called by Python code (outside simgpu) that holds the work, rather than from C++
+    (DDP's reducer waits in backward, then reads the result): the calling frame's code calls a `wait`."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(_SIMGPU_DIR):
+        frame = frame.f_back
+    return frame is not None and "wait" in frame.f_code.co_names
+
+
+def _dropped_once_waited() -> bool:
+    """Whether nobody reads the work after its wait: torch.distributed's Python API called with
+    async_op=False (it waits and drops the work), or a functional collective's op (its C++ registry waits
+    in wait_tensor and drops it). Read from the first caller outside simgpu; anything else (a handle given
+    to the program, which may hand it to C++ as DDP's forward does; DDP's reducer in C++) may be read."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(_SIMGPU_DIR):
+        frame = frame.f_back
+    if frame is not None and frame.f_code.co_filename.endswith(_OP_CALL):
+        return True
+    while frame is not None and frame.f_code.co_filename.endswith(_PYTHON_API):  # the API and its helpers
+        if "async_op" in frame.f_code.co_varnames:
+            return not frame.f_locals.get("async_op", True)
+        frame = frame.f_back
+    return False
 
 
 class SimWork(dist.Work):
@@ -113,6 +149,7 @@ class SimWork(dist.Work):
         self._error: BaseException | None = None
         self._lock = threading.Lock()
         self.what = "an operation"  # how unfinished_operations() names it: the call and its site
+        self.cpp_may_hold = not _dropped_once_waited()
         _keep_pending(self)
 
     def _complete(self) -> None:
@@ -132,6 +169,8 @@ class SimWork(dist.Work):
     def wait(self, timeout: timedelta | None = None) -> bool:
         if self._inner is not None:
             self._inner.wait() if timeout is None else self._inner.wait(timeout)
+        if self.cpp_may_hold and _waited_by_python():  # the waiter holds the handle (FSDP2's reduce-scatter),
+            self.cpp_may_hold = False                  # so nothing needs to keep it: its buffers go with it
         self._complete()
         return True
 

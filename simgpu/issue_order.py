@@ -205,16 +205,22 @@ class Issuer:
                     inner = start()
             except BaseException as exc:  # noqa: BLE001 - raised by the handle's wait()
                 error = exc
+            item = start = None  # the operation's closure holds its tensors: see below
             with self._lock:
                 self._pending -= 1
             if inner is not None:
                 self._started.add(handle)
             handle._settle(inner, error)
+            handle = inner = None
             if error is None and ticket is not None and self._after_start is not None:
                 try:
                     self._after_start(ticket)
                 except Exception:  # noqa: BLE001 - housekeeping: a store that fails here fails the next check, which says so
                     pass
+            # none of this item is kept until the next: the operation's closure, its gloo work and its handle
+            # hold its tensors, which on CUDA are freed once the program drops them (a state-dict broadcast's
+            # full weights stayed allocated)
+            ticket = error = None
 
 
 @atexit.register
