@@ -104,6 +104,13 @@ def test_works_live_while_cpp_reads_them_and_free_their_tensors() -> None:
     assert "OK work_lifetime" in done.stdout
 
 
+def test_a_group_bound_to_its_gpu_binds_new_groups_and_device_mesh_splits_it() -> None:
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    done = simgpu_run(4, torchrun, "--standalone", "--nproc-per-node", "4", str(SCRIPTS / "eager_init.py"))
+    assert done.returncode == 0, done.stdout + done.stderr[-5000:]
+    assert "OK eager_init" in done.stdout
+
+
 def test_cuda_visible_devices_reorders_and_stops_at_a_bad_entry() -> None:
     done = simgpu_run(4, str(SCRIPTS / "visible_devices.py"), env={"CUDA_VISIBLE_DEVICES": "2,0,x,1"})
     assert done.returncode == 0, done.stdout + done.stderr

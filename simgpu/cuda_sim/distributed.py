@@ -106,22 +106,75 @@ def _new_process_group_helper(original: Callable) -> Callable:
     @functools.wraps(original)
     def helper(group_size: int, group_rank: int, global_ranks: Any, backend: Any, *args: Any, **kwargs: Any) -> Any:
         simulated = _simulated(backend)
+        device_id = None
         if simulated is not backend:
             backend = dist.Backend(simulated)
-            kwargs.pop("device_id", None)  # eager NCCL communicator set-up: nothing to set up here
-            if len(args) >= 6:
-                args = (*args[:5], None, *args[6:])
-        return original(group_size, group_rank, global_ranks, backend, *args, **kwargs)
+        if str(backend).lower() in (SIM_NCCL, SIM_NCCL_HOST):
+            device_id = kwargs.pop("device_id", None)  # eager NCCL set-up: nothing to set up, but the group
+            if len(args) >= 6:                          # is bound to the device as NCCL's (bound_device_id)
+                device_id, args = args[5], (*args[:5], None, *args[6:])
+        made = original(group_size, group_rank, global_ranks, backend, *args, **kwargs)
+        pg = made[0] if isinstance(made, tuple) else made
+        if device_id is not None and isinstance(pg, dist.ProcessGroup):
+            pg.bound_device_id = device_id
+        return made
 
     return helper
+
+
+def _get_split_source(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def get_split_source(pg: Any) -> Any:
+        """None for a simulated group: no communicator to split (its gloo group would be taken for one);
+        new groups are made whole, as NCCL's are without eager set-up."""
+        return None if isinstance(pg, SimProcessGroup) else original(pg)
+
+    return get_split_source
+
+
+def _split_group(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def split_group(parent_pg: Any = None, split_ranks: list | None = None, timeout: Any = None,
+                    pg_options: Any = None, group_desc: str | None = None, *args: Any, **kwargs: Any) -> Any:
+        """NCCL's communicator split (DeviceMesh's way once the default group is bound to a device) as new
+        groups: the parent's ranks split into disjoint groups, this rank's returned bound to the default
+        group's device (None where it is in none), as ncclCommSplit gives them."""
+        c10d = dist.distributed_c10d
+        default = c10d._get_default_group()
+        parent = parent_pg if parent_pg is not None else default
+        if not isinstance(parent, SimProcessGroup):
+            return original(parent_pg, split_ranks, timeout, pg_options, group_desc, *args, **kwargs)
+        if not split_ranks:
+            raise ValueError("split_ranks cannot be None or empty")
+        if default.bound_device_id is None:
+            raise RuntimeError("No device associated with the default pg, not safe to split any process groups")
+        to_global = {group_rank: rank for rank, group_rank in c10d._world.pg_group_ranks[parent].items()}
+        me, mine = default.rank(), None
+        for ranks in split_ranks:
+            global_ranks = [to_global[r] for r in ranks]
+            if parent is default:  # every rank makes every group, in order: names agree as new_group's do
+                made = dist.new_group(global_ranks, timeout=timeout, pg_options=pg_options, group_desc=group_desc)
+            elif me in global_ranks:  # only the parent's ranks are here: each makes its own group
+                made = dist.new_group(global_ranks, timeout=timeout, pg_options=pg_options, group_desc=group_desc,
+                                      use_local_synchronization=True)
+            else:
+                continue
+            if me in global_ranks:
+                mine = made
+        return mine if isinstance(mine, dist.ProcessGroup) else None
+
+    return split_group
 
 
 def _init_process_group(original: Callable) -> Callable:
     @functools.wraps(original)
     def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
-        kwargs.pop("device_id", None)  # eager NCCL communicator set-up: nothing to set up here
+        # device_id (NCCL's eager set-up) goes on to torch, which checks it and binds the default group
+        # to it; _new_process_group_helper sets nothing up for it
         if backend is None and "backend" in kwargs:
             backend = kwargs.pop("backend")
+        if backend is None and kwargs.get("device_id") is not None:  # torch picks the device's backend
+            backend = "nccl"
         return original(_simulated(backend), *args, **kwargs)
 
     return init_process_group
@@ -205,6 +258,14 @@ def install() -> None:
     dist.distributed_c10d.init_process_group = dist.init_process_group
     dist.new_group = _new_group(dist.new_group)
     dist.distributed_c10d.new_group = dist.new_group
+    if hasattr(c10d, "split_group"):
+        import torch.distributed.device_mesh as device_mesh
+
+        c10d._get_split_source = _get_split_source(c10d._get_split_source)
+        c10d.split_group = _split_group(c10d.split_group)
+        for module in (dist, device_mesh):
+            if hasattr(module, "split_group"):
+                module.split_group = c10d.split_group
     dist.get_backend = _get_backend(dist.get_backend)
     dist.distributed_c10d.get_backend = dist.get_backend
     dist.is_nccl_available = lambda: True
