@@ -18,17 +18,26 @@ from typing import Any, Callable
 import torch
 
 aten = torch.ops.aten
+_INTS = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
 _WIDE = {torch.complex32: torch.complex64, torch.float16: torch.float32, torch.bfloat16: torch.float32,
-         torch.bool: torch.uint8}
+         torch.bool: torch.uint8, **{t: torch.float64 for t in _INTS}}
+# a complex32 op's real result (angle) comes back in the wide type's real dtype: rounded to the half one
+_WIDE_REAL = {torch.complex32: (torch.float32, torch.float16)}
 _HALF_FLOATS = frozenset({torch.float16, torch.bfloat16})
-# op packet -> the dtypes CUDA computes that the host cannot (torch 2.11 CUDA record; host: torch 2.13 CPU)
+# op packet -> the dtypes CUDA computes that the host cannot (torch 2.11 CUDA record; host: torch 2.13 CPU;
+# the every-sample sweep on torch 2.11+cu130 found the second half of the complex32 names and the rest)
 CUDA_ONLY_DTYPES: dict[Any, frozenset[torch.dtype]] = {
     **{getattr(aten, name): frozenset({torch.complex32})
-       for name in ("cos", "cosh", "acos", "acosh", "atanh", "pow", "sum", "prod", "sigmoid")},
+       for name in ("cos", "cosh", "acos", "acosh", "atanh", "pow", "sum", "prod", "sigmoid",
+                    "log", "asin", "asinh", "atan", "sin", "sinh", "tan", "tanh", "exp", "sqrt", "rsqrt", "angle",
+                    "div", "logaddexp", "lerp")},
     **{getattr(aten, name): _HALF_FLOATS
        for name in ("multi_margin_loss", "multi_margin_loss_backward", "multilabel_margin_loss_forward",
-                    "multilabel_margin_loss_backward") if hasattr(aten, name)},
+                    "multilabel_margin_loss_backward", "avg_pool3d", "avg_pool3d_backward",
+                    "_upsample_bilinear2d_aa", "_upsample_bilinear2d_aa_backward") if hasattr(aten, name)},
     aten.abs: frozenset({torch.bool}),
+    aten.trace: frozenset({torch.bool, torch.float16, torch.bfloat16, torch.complex32}),  # bf16: the host lacks it on torch 2.11
+    aten.histc: _INTS,
 }
 _COMPLEX = frozenset({torch.complex32, torch.complex64, torch.complex128})
 
@@ -70,8 +79,10 @@ def _handler(allowed: frozenset[torch.dtype]) -> Callable[[Callable, tuple, dict
             widen = lambda a: a.to(wide) if isinstance(a, torch.Tensor) and a.dtype == narrow else a  # noqa: E731
             kwargs = {k: (wide if k == "dtype" and v == narrow else widen(v)) for k, v in kwargs.items()}
             out = run_op(*(widen(a) for a in args), **kwargs)
+            real_wide, real_narrow = _WIDE_REAL.get(narrow, (None, None))
             out = torch.utils._pytree.tree_map(
-                lambda t: t.to(narrow) if isinstance(t, torch.Tensor) and t.dtype == wide else t, out)
+                lambda t: (t.to(narrow) if t.dtype == wide else t.to(real_narrow) if t.dtype == real_wide else t)
+                if isinstance(t, torch.Tensor) else t, out)
         return out if index is None else placement.label(out, index)
 
     return handle

@@ -26,6 +26,7 @@ import types
 from typing import Any, Callable, Iterator
 
 import torch
+from torch.utils import _python_dispatch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -522,8 +523,9 @@ def _saved_gpu(node: Any) -> int | None:
         if not name.startswith("_saved_") or _hooked(node, name):
             continue
         try:
-            saved = getattr(node, name)
-        except RuntimeError:  # freed after an earlier backward
+            with _python_dispatch._disable_current_modes():  # the unpack's detach is not the program's op: a
+                saved = getattr(node, name)                   # FakeTensorMode (DTensor's propagation) refuses it
+        except (RuntimeError, AssertionError):  # freed after an earlier backward; a mode's refusal
             continue
         for t in saved if isinstance(saved, (list, tuple)) else (saved,):
             if isinstance(t, torch.Tensor):

@@ -55,18 +55,33 @@ else:
 # complex32 and float16 kernels CUDA has and the host lacks: wide, rounded once; others stay refused
 z = torch.randn(4, device="cuda:1", dtype=torch.complex64)
 for fn in (torch.cos, torch.cosh, torch.acos, torch.acosh, torch.atanh, torch.sum, torch.prod, torch.sigmoid,
-           lambda t: t.sum(0), lambda t: t ** 2, lambda t: torch.pow(t, t)):
+           lambda t: t.sum(0), lambda t: t ** 2, lambda t: torch.pow(t, t),
+           # found by the every-sample sweep on torch 2.11+cu130 (CUDA runs them, the host refuses)
+           torch.sin, torch.sinh, torch.asin, torch.asinh, torch.tan, torch.tanh, torch.atan, torch.exp,
+           torch.log, torch.sqrt, torch.rsqrt, lambda t: torch.div(t, t), lambda t: torch.lerp(t, t * 2, 0.25),
+           lambda t: torch.logaddexp(t, t)):
     got = fn(z.to(torch.complex32))
     want = fn(z.cpu().to(torch.complex32).to(torch.complex64)).to(torch.complex32)
     assert got.device == torch.device("cuda:1") and got.dtype == torch.complex32, (got.device, got.dtype)
     assert torch.equal(got.cpu().to(torch.complex64), want.to(torch.complex64)), fn
-for refused in (lambda: torch.sin(z.to(torch.complex32)), lambda: torch.cos(z.cpu().to(torch.complex32))):
+angle = torch.angle(z.to(torch.complex32))  # a real result: float16, as CUDA gives it
+assert angle.dtype == torch.float16 and angle.device == torch.device("cuda:1"), (angle.dtype, angle.device)
+assert torch.equal(angle.cpu(), torch.angle(z.cpu().to(torch.complex32).to(torch.complex64)).to(torch.float16))
+for refused in (lambda: torch.special.erfcx(z.to(torch.complex32)), lambda: torch.cos(z.cpu().to(torch.complex32))):
     try:
         refused()
-    except NotImplementedError as e:
+    except (NotImplementedError, RuntimeError) as e:
         assert "ComplexHalf" in str(e), e
     else:
-        raise AssertionError("a complex32 op ran that CUDA (sin) or the host (cos) refuses")
+        raise AssertionError("a complex32 op ran that CUDA (erfcx: no complex kernel) or the host (cos) refuses")
+# integer histc (CUDA counts in the input's dtype; the host has no integer kernel), bfloat16 3-D pooling
+counts = torch.histc(torch.tensor([1, 2, 2, 7], device="cuda:1", dtype=torch.int16), bins=4, min=0, max=8)
+assert counts.dtype == torch.int16 and counts.device == torch.device("cuda:1"), (counts.dtype, counts.device)
+assert counts.cpu().tolist() == [1, 2, 0, 1], counts
+vol = torch.randn(1, 2, 4, 4, 4, device="cuda:1", dtype=torch.bfloat16)
+pooled = torch.nn.functional.avg_pool3d(vol, 2)
+assert pooled.dtype == torch.bfloat16 and torch.equal(
+    pooled.cpu(), torch.nn.functional.avg_pool3d(vol.cpu().float(), 2).to(torch.bfloat16))
 scores = torch.randn(3, 4, device="cuda:1", dtype=torch.float16, requires_grad=True)
 loss = torch.nn.functional.multi_margin_loss(scores, torch.tensor([0, 2, 1], device="cuda:1"))
 loss.backward()

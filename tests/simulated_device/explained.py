@@ -56,7 +56,24 @@ EXPLAINED: dict[tuple[str, str, str], str] = {
        for check in ("cuda", "autocast")},
 }
 
-OPEN: dict[tuple[str, str, str], str] = {}
+_BOX = "found by the every-sample sweep on a GPU box (torch 2.11+cu130, 2026-11-27), not fixed yet: "
+_STATS = _BOX + ("CUDA keeps a half input's mean/rstd in float32 (its accumulation type), the host in the input's "
+                 "dtype, and the host's backward kernel takes only the latter: placement.py's op layer must "
+                 "compute forward and backward wide together (simgpu/cuda_sim/half_kernels.py)")
+_NO_PIVOT = _BOX + ("LU without pivoting exists only as a CUDA kernel (\"not implemented on the CPU\"): it needs a "
+                    "host implementation of CUDA's formula (cuda_kernels.py)")
+OPEN: dict[tuple[str, str, str], str] = {
+    **{(name, "", check): _STATS
+       for name in ("native_layer_norm", "native_batch_norm", "_native_batch_norm_legit", "_batch_norm_with_update")
+       for check in ("cuda", "autocast")},
+    **{(name, "", check): _NO_PIVOT for name in ("linalg.lu", "linalg.lu_factor") for check in ("cuda", "autocast")},
+    ("trace", "", "autocast"): _BOX + "CUDA's autocast gives trace a float32 result, the simulation's lists do not",
+    ("__rmod__", "", "cuda"): _BOX + ("integer remainder by zero: the host raises ZeroDivisionError, CUDA returns a "
+                                      "value; the op layer must not raise (cuda_math.py)"),
+    ("nn.functional.rrelu", "", "cuda"): _BOX + ("rrelu_with_noise in float16: the host lacks it, and its noise "
+                                                 "argument is written in place, so widening needs a copy back"),
+    ("meshgrid", "list_of_tensors", "cuda"): _BOX + "a bfloat16 sample's output shapes differ from the record's",
+}
 
 
 def explanation(name: str, variant: str, check: str) -> tuple[str, str] | None:
