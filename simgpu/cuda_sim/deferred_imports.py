@@ -54,6 +54,7 @@ def hold() -> None:
 
 
 def release() -> None:
+    """End `hold()` and hide what the simulation imported (the warm template's warm-up is over)."""
     _state["held"] = False
     finish()
 
