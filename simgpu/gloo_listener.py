@@ -18,7 +18,8 @@ listening socket. New connection attempts see no answer (as behind a firewall th
 already accepted are separate sockets and do not inherit a filter attached later. gloo still owns and
 closes the listener; only its input is filtered. What would no longer connect: a second context on
 the same device, as ProcessGroupGloo::split makes; sim groups never split their gloo (torch's
-split_group needs a bound device, which simulated groups do not bind; each new group gets its own device).
+split_group on a simulated parent makes a new group, simgpu/cuda_sim/distributed.py; each new group gets its
+own device).
 """
 from __future__ import annotations
 

@@ -117,12 +117,16 @@ def warm_up(imports: tuple[str, ...] = WARM_IMPORTS) -> None:
     sitecustomize), while template_main records which environment variables the imports read."""
     import importlib
 
+    from simgpu.cuda_sim import deferred_imports
+
+    deferred_imports.hold()  # these imports are the simulation's too: hidden from the forks' programs
     for name in imports:
         importlib.import_module(name)
     import simgpu.cuda_sim
 
     if not simgpu.cuda_sim.active():
         simgpu.cuda_sim.activate()
+    deferred_imports.release()
 
 
 def describe(reads: dict[str, str | None], initial_env: dict[str, str], library_threads: int) -> Warm:

@@ -89,6 +89,27 @@ def test_what_pytorchs_own_distributed_tests_need() -> None:
     assert "OK torch_suite_meets" in done.stdout
 
 
+def test_groups_bound_to_a_device_as_with_nccl() -> None:
+    """Issue 27 (test_device_mesh.py::test_2d_mesh_eager_init_subgroup): init_process_group(device_id=...)
+    binds the default group and the groups made from it, DeviceMesh's through split_group, as NCCL does."""
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    done = simgpu_run(2, torchrun, "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "bound_device_groups.py"),
+                      timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr[-5000:]
+    assert "OK bound_device_groups 0" in done.stdout and "OK bound_device_groups 1" in done.stdout
+
+
+@pytest.mark.parametrize("template", [True, False], ids=["template", "no-template"])
+def test_dtensor_checkpoints_need_torch_distributed_tensor_imported(template: bool) -> None:
+    """Issue 27 (test_dtensor.py::test_dtensor_save_load_import): the simulation's own imports of torch._dynamo
+    and torch.distributed.tensor stay out of the program's sight (simgpu/cuda_sim/deferred_imports.py)."""
+    flags = [] if template else ["--no-template"]
+    done = run_bounded([sys.executable, "-m", "simgpu", "run", *flags, "--gpus", "1", sys.executable,
+                        str(SCRIPTS / "dtensor_import_deferred.py")], 600, cwd=ROOT, env=dict(os.environ))
+    assert done.returncode == 0, done.stdout + done.stderr[-5000:]
+    assert "OK dtensor_import_deferred" in done.stdout
+
+
 def test_local_tensor_mode_ranks_are_on_simulated_gpus() -> None:
     """Issue 27: factories inside LocalTensorMode (a program's dispatch mode) make GPU tensors, so DTensor
     random ops there draw each rank's CUDA numbers (test_random_ops.py's WithLocalTensor classes)."""

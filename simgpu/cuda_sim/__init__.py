@@ -52,6 +52,9 @@ def activate(gpus: int | None = None) -> None:
     text = os.environ.get(GPUS_ENV, "")
     if not text.isdigit() or int(text) < 1:
         raise SimulationError(f"simgpu: {GPUS_ENV}={text!r}: the number of simulated GPUs must be a positive integer")
+    from simgpu.cuda_sim import deferred_imports
+
+    deferred_imports.begin()  # what the simulation imports for itself stays hidden from the program
     preload()
     from simgpu.cuda_sim import (api, attention, autocast, comm, cuda_build, cuda_kernels, distributed, dtensor_new,
                                  fake_tensors, generator_identity, half_fft, half_kernels, higher_order, random_ops,
@@ -80,3 +83,4 @@ def activate(gpus: int | None = None) -> None:
     half_kernels.install()
     warning_sites.install()
     _active = True
+    deferred_imports.finish()

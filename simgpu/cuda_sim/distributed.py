@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch.utils._pytree import tree_flatten
 
 from simgpu.backend import SimProcessGroup
-from simgpu.cuda_sim import devices
+from simgpu.cuda_sim import devices, import_hooks
 
 SIM_NCCL = "sim_nccl"          # "nccl": GPU tensors only, as NCCL
 SIM_NCCL_HOST = "sim_nccl_host"  # "cpu:gloo,cuda:nccl" and the like: host tensors too
@@ -106,74 +106,76 @@ def _new_process_group_helper(original: Callable) -> Callable:
     @functools.wraps(original)
     def helper(group_size: int, group_rank: int, global_ranks: Any, backend: Any, *args: Any, **kwargs: Any) -> Any:
         simulated = _simulated(backend)
-        device_id = None
         if simulated is not backend:
             backend = dist.Backend(simulated)
-        if str(backend).lower() in (SIM_NCCL, SIM_NCCL_HOST):
-            device_id = kwargs.pop("device_id", None)  # eager NCCL set-up: nothing to set up, but the group
-            if len(args) >= 6:                          # is bound to the device as NCCL's (bound_device_id)
-                device_id, args = args[5], (*args[:5], None, *args[6:])
-        made = original(group_size, group_rank, global_ranks, backend, *args, **kwargs)
-        pg = made[0] if isinstance(made, tuple) else made
-        if device_id is not None and isinstance(pg, dist.ProcessGroup):
+        pg, store = original(group_size, group_rank, global_ranks, backend, *args, **kwargs)
+        device_id = kwargs.get("device_id", args[5] if len(args) > 5 else None)
+        if device_id is not None and isinstance(pg, SimProcessGroup) and pg.bound_device_id is None:
+            # torch binds the group it made to device_id (init_process_group(device_id=...), and subgroups
+            # inherit the default group's), then takes the simulated group (a ProcessGroup) in its place
             pg.bound_device_id = device_id
-        return made
+        return pg, store
 
     return helper
 
 
-def _get_split_source(original: Callable) -> Callable:
-    @functools.wraps(original)
-    def get_split_source(pg: Any) -> Any:
-        """None for a simulated group: no communicator to split (its gloo group would be taken for one);
-        new groups are made whole, as NCCL's are without eager set-up."""
-        return None if isinstance(pg, SimProcessGroup) else original(pg)
-
-    return get_split_source
-
-
 def _split_group(original: Callable) -> Callable:
+    """torch's split_group (what DeviceMesh uses once the default group is bound to a device) splits the
+    parent's NCCL communicator (ncclCommSplit). A simulated parent has none: each rank makes the split it
+    is in as a new group of those ranks (synchronised among them alone, as a split needs no other rank),
+    bound to the default group's device as a split is; a rank in no split gets what torch returns then."""
+    try:
+        non_member = dist.GroupMember.NON_GROUP_MEMBER if "return GroupMember.NON_GROUP_MEMBER" in \
+            inspect.getsource(original) else None  # torch >= 2.15; before: None
+    except (OSError, TypeError):
+        non_member = None
+
     @functools.wraps(original)
-    def split_group(parent_pg: Any = None, split_ranks: list | None = None, timeout: Any = None,
-                    pg_options: Any = None, group_desc: str | None = None, *args: Any, **kwargs: Any) -> Any:
-        """NCCL's communicator split (DeviceMesh's way once the default group is bound to a device) as new
-        groups: the parent's ranks split into disjoint groups, this rank's returned bound to the default
-        group's device (None where it is in none), as ncclCommSplit gives them."""
+    def split_group(parent_pg: Any = None, split_ranks: Any = None, timeout: Any = None, pg_options: Any = None,
+                    group_desc: Any = None, backend: Any = None) -> Any:
         c10d = dist.distributed_c10d
-        default = c10d._get_default_group()
-        parent = parent_pg if parent_pg is not None else default
-        if not isinstance(parent, SimProcessGroup):
-            return original(parent_pg, split_ranks, timeout, pg_options, group_desc, *args, **kwargs)
-        if not split_ranks:
-            raise ValueError("split_ranks cannot be None or empty")
-        if default.bound_device_id is None:
-            raise RuntimeError("No device associated with the default pg, not safe to split any process groups")
-        to_global = {group_rank: rank for rank, group_rank in c10d._world.pg_group_ranks[parent].items()}
-        me, mine = default.rank(), None
-        for ranks in split_ranks:
-            global_ranks = [to_global[r] for r in ranks]
-            if parent is default:  # every rank makes every group, in order: names agree as new_group's do
-                made = dist.new_group(global_ranks, timeout=timeout, pg_options=pg_options, group_desc=group_desc)
-            elif me in global_ranks:  # only the parent's ranks are here: each makes its own group
-                made = dist.new_group(global_ranks, timeout=timeout, pg_options=pg_options, group_desc=group_desc,
-                                      use_local_synchronization=True)
-            else:
-                continue
-            if me in global_ranks:
-                mine = made
-        return mine if isinstance(mine, dist.ProcessGroup) else None
+        default = c10d._get_default_group() if dist.is_initialized() else None
+        parent = parent_pg or default
+        if (default is None or default.bound_device_id is None or not split_ranks
+                or _backend_name(parent) not in (SIM_NCCL, SIM_NCCL_HOST) or parent not in c10d._world.pg_group_ranks
+                or default.rank() not in c10d._world.pg_group_ranks[parent]):
+            return original(parent_pg, split_ranks, timeout, pg_options, group_desc, backend)  # its own errors
+        to_group = c10d._world.pg_group_ranks[parent]
+        to_global = {group_rank: global_rank for global_rank, group_rank in to_group.items()}
+        mine = next((sorted(split) for split in split_ranks if to_group[default.rank()] in split), None)
+        if mine is None:
+            return non_member
+        return c10d.new_group([to_global[r] for r in mine], timeout=timeout,
+                              backend=backend or c10d._world.pg_map[parent][0], use_local_synchronization=True,
+                              group_desc=group_desc)
 
     return split_group
+
+
+def _mesh_split_group(module: Any) -> None:
+    """device_mesh.py holds its own name for split_group (imported from distributed_c10d)."""
+    if getattr(module, "split_group", None) is not None:
+        module.split_group = dist.distributed_c10d.split_group
+
+
+def _get_split_source(original: Callable) -> Callable:
+    """A group bound to a device (eager NCCL init) makes its subgroups by NCCL communicator splits, and its
+    non-members join each split; a simulated group makes every subgroup afresh: nothing to split from."""
+    @functools.wraps(original)
+    def get_split_source(pg: Any, *args: Any, **kwargs: Any) -> Any:
+        if _backend_name(pg) in (SIM_NCCL, SIM_NCCL_HOST):
+            return None
+        return original(pg, *args, **kwargs)
+
+    return get_split_source
 
 
 def _init_process_group(original: Callable) -> Callable:
     @functools.wraps(original)
     def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
-        # device_id (NCCL's eager set-up) goes on to torch, which checks it and binds the default group
-        # to it; _new_process_group_helper sets nothing up for it
         if backend is None and "backend" in kwargs:
             backend = kwargs.pop("backend")
-        if backend is None and kwargs.get("device_id") is not None:  # torch picks the device's backend
+        if backend is None and kwargs.get("device_id") is not None:  # torch picks the device's backend: NCCL
             backend = "nccl"
         return original(_simulated(backend), *args, **kwargs)
 
@@ -248,6 +250,13 @@ def install() -> None:
             dist.Backend.register_backend(name, functools.partial(_create, devices=served), devices=["cpu", "cuda"])
     c10d = dist.distributed_c10d
     c10d._new_process_group_helper = _new_process_group_helper(c10d._new_process_group_helper)
+    if hasattr(c10d, "_get_split_source"):
+        c10d._get_split_source = _get_split_source(c10d._get_split_source)
+    if hasattr(c10d, "split_group"):
+        c10d.split_group = _split_group(c10d.split_group)
+        if hasattr(dist, "split_group"):
+            dist.split_group = c10d.split_group
+        import_hooks.after_import("torch.distributed.device_mesh", _mesh_split_group)
     for name in TENSOR_COLLECTIVES:
         if hasattr(dist.distributed_c10d, name):
             wrapped = _held_to_gpus(getattr(dist.distributed_c10d, name))
@@ -258,14 +267,6 @@ def install() -> None:
     dist.distributed_c10d.init_process_group = dist.init_process_group
     dist.new_group = _new_group(dist.new_group)
     dist.distributed_c10d.new_group = dist.new_group
-    if hasattr(c10d, "split_group"):
-        import torch.distributed.device_mesh as device_mesh
-
-        c10d._get_split_source = _get_split_source(c10d._get_split_source)
-        c10d.split_group = _split_group(c10d.split_group)
-        for module in (dist, device_mesh):
-            if hasattr(module, "split_group"):
-                module.split_group = c10d.split_group
     dist.get_backend = _get_backend(dist.get_backend)
     dist.distributed_c10d.get_backend = dist.get_backend
     dist.is_nccl_available = lambda: True
