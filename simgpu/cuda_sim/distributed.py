@@ -121,9 +121,11 @@ def _new_process_group_helper(original: Callable) -> Callable:
 
 def _split_group(original: Callable) -> Callable:
     """torch's split_group (what DeviceMesh uses once the default group is bound to a device) splits the
-    parent's NCCL communicator (ncclCommSplit). A simulated parent has none: each rank makes the split it
-    is in as a new group of those ranks (synchronised among them alone, as a split needs no other rank),
-    bound to the default group's device as a split is; a rank in no split gets what torch returns then."""
+    parent's NCCL communicator (ncclCommSplit). A simulated parent has none: the splits are made as new
+    groups of their ranks (of the default group: by every rank, in order, as DeviceMesh's own new_group path
+    does; of a subgroup: each by its own ranks alone), bound to the default group's device as a split is; a
+    rank in no split gets what torch returns then. (Each making only its own split with local
+    synchronisation hung a 2x2 mesh at 4 ranks.)"""
     try:
         non_member = dist.GroupMember.NON_GROUP_MEMBER if "return GroupMember.NON_GROUP_MEMBER" in \
             inspect.getsource(original) else None  # torch >= 2.15; before: None
@@ -142,12 +144,20 @@ def _split_group(original: Callable) -> Callable:
             return original(parent_pg, split_ranks, timeout, pg_options, group_desc, backend)  # its own errors
         to_group = c10d._world.pg_group_ranks[parent]
         to_global = {group_rank: global_rank for global_rank, group_rank in to_group.items()}
-        mine = next((sorted(split) for split in split_ranks if to_group[default.rank()] in split), None)
-        if mine is None:
-            return non_member
-        return c10d.new_group([to_global[r] for r in mine], timeout=timeout,
-                              backend=backend or c10d._world.pg_map[parent][0], use_local_synchronization=True,
-                              group_desc=group_desc)
+        me, mine = default.rank(), None
+        for split in split_ranks:
+            ranks = [to_global[r] for r in sorted(split)]
+            if parent is default:  # every rank makes every split, in order, as DeviceMesh's new_group path does
+                made = c10d.new_group(ranks, timeout=timeout, backend=backend or c10d._world.pg_map[parent][0],
+                                      group_desc=group_desc)
+            elif me in ranks:  # a subgroup's split: only its ranks are here, each makes its own
+                made = c10d.new_group(ranks, timeout=timeout, backend=backend or c10d._world.pg_map[parent][0],
+                                      use_local_synchronization=True, group_desc=group_desc)
+            else:
+                continue
+            if me in ranks:
+                mine = made
+        return mine if isinstance(mine, dist.ProcessGroup) else non_member
 
     return split_group
 
