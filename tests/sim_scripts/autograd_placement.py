@@ -93,6 +93,10 @@ assert p.device == torch.device("cuda:1") and p.grad.device == torch.device("cpu
     (p.grad.device, host_grad.device)
 p.data = torch.zeros(2)
 assert p.grad is host_grad and p.grad.device == torch.device("cpu")
+lin = torch.nn.Linear(2, 2)
+lin.weight.grad = torch.ones(2, 2)
+lin.cuda(1)  # Module._apply moves the gradients with the parameters
+assert lin.weight.grad.device == torch.device("cuda:1"), lin.weight.grad.device
 
 # torch.Size stays torch.Size; integer devices mean CUDA devices
 t = torch.zeros(2, 3, device=1)
