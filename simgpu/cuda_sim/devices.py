@@ -253,6 +253,21 @@ def place(t: torch.Tensor, index: int | None) -> torch.Tensor:
     return t
 
 
+_HOST_GRAD = "_simgpu_host_grad"
+
+
+def mark_host_grad(grad: torch.Tensor) -> None:
+    """`grad` was given, on the host, to a host parameter: it is the program's host memory, not a
+    gradient C++ made from a simulated parameter's host options, so reading `.grad` must not move it."""
+    if grad.layout is torch.strided:
+        setattr(grad.untyped_storage(), _HOST_GRAD, True)
+
+
+def host_grad(grad: torch.Tensor) -> bool:
+    """Whether mark_host_grad marked `grad`'s storage."""
+    return grad.layout is torch.strided and getattr(grad.untyped_storage(), _HOST_GRAD, False)
+
+
 def adopt(t: torch.Tensor, index: int) -> torch.Tensor:
     """Put `t`'s storage on simulated GPU `index` unless it is there already; a host storage moves
     (C++ makes tensors from a simulated tensor's host options), one on another GPU is an error."""

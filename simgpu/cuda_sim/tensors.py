@@ -566,15 +566,22 @@ def install() -> None:
     base_grad = TensorBase.grad
 
     def get_grad(t: torch.Tensor) -> torch.Tensor | None:
-        """A gradient lives with its parameter (DDP's reducer hands out views of buckets it made in C++)."""
+        """A gradient lives with its parameter (DDP's reducer hands out views of buckets it made in C++),
+        unless the program gave a host parameter a host gradient (set_grad): that one stays on the host
+        when the parameter's `.data` later moves to a GPU, as on CUDA (FSDP1's CPU-offloaded `_cpu_grad`)."""
         grad = base_grad.__get__(t)
-        if grad is not None and _plain(grad) and devices.device_of(grad) is None:
+        if grad is not None and _plain(grad) and devices.device_of(grad) is None and not devices.host_grad(grad):
             index = devices.device_of(t)
             if index is not None:
                 devices.adopt(grad, index)
         return grad
 
-    torch.Tensor.grad = _TensorBaseProperty(get_grad, base_grad.__set__, base_grad.__delete__, base_grad.__doc__)
+    def set_grad(t: torch.Tensor, grad: torch.Tensor | None) -> None:
+        base_grad.__set__(t, grad)
+        if grad is not None and _plain(grad) and devices.device_of(grad) is None and devices.device_of(t) is None:
+            devices.mark_host_grad(grad)
+
+    torch.Tensor.grad = _TensorBaseProperty(get_grad, set_grad, base_grad.__delete__, base_grad.__doc__)
     torch.Tensor.grad.__name__ = "grad"
     threading.Thread._bootstrap_inner = _thread_bootstrap(threading.Thread._bootstrap_inner)
     torch.compile = _compile(torch.compile)

@@ -83,6 +83,21 @@ for shape, ord in [((0, 0), 2), ((5, 0), 2), ((0, 0), 1), ((0, 5), 1), ((0, 0), 
         assert got.device == torch.device("cuda:1") and got.dtype == want.dtype, (shape, ord, got.device, got.dtype)
         assert torch.equal(got.cpu(), want) and want.device == torch.device("cpu")
 
+# a host gradient given to a host parameter stays on the host when the parameter's data moves to a GPU
+# (FSDP1's CPU offload swaps its flat parameter between a host shard and a GPU buffer and keeps `_cpu_grad`)
+p = torch.nn.Parameter(torch.zeros(2))
+host_grad = torch.ones(2)
+p.grad = host_grad
+p.data = torch.zeros(4, device="cuda:1")
+assert p.device == torch.device("cuda:1") and p.grad.device == torch.device("cpu") and not host_grad.is_cuda, \
+    (p.grad.device, host_grad.device)
+p.data = torch.zeros(2)
+assert p.grad is host_grad and p.grad.device == torch.device("cpu")
+lin = torch.nn.Linear(2, 2)
+lin.weight.grad = torch.ones(2, 2)
+lin.cuda(1)  # Module._apply moves the gradients with the parameters
+assert lin.weight.grad.device == torch.device("cuda:1"), lin.weight.grad.device
+
 # torch.Size stays torch.Size; integer devices mean CUDA devices
 t = torch.zeros(2, 3, device=1)
 assert type(t.size()) is torch.Size and type(t.shape) is torch.Size and t.get_device() == 1
