@@ -8,7 +8,11 @@ the machine hits both alike); a run's figure is the median time of its timed ste
 (benchmarks/programs/train_step.py: forward, backward, AdamW step); the ratio is simulated / plain.
 The CPU time rank 0's process spent per step (all its threads) gives a second ratio, `cpu_ratio`:
 on a shared machine the wall ratio moves with the load (FSDP2 at 2 ranks: 0.77x, then 0.98x, two runs
-at load 8.5), the CPU ratio less; the load average goes with every run. --also-no-strict adds a third series
+at load 8.5), the CPU ratio less; the load average goes with every run. Of that CPU time, the kernel's
+part (`*_sys_s`) and rank 0's minor page faults per step (`*_minor_faults`) go with each series too:
+memory that the C library gives back to the system and the next step touches afresh costs the same
+on both sides, but it comes and goes between runs (MALLOC_TRIM_THRESHOLD_ and MALLOC_MMAP_THRESHOLD_
+in the environment hold it still, for plain and simulated alike). --also-no-strict adds a third series
 with the cross-rank check off (SIMGPU_STRICT=0): what the check costs, in the same run. --baseline DIR adds
 a series simulated by another checkout of simgpu (DIR first on PYTHONPATH, e.g. `git worktree add` or
 `git archive main | tar -x -C DIR`), alternating with the others: a change's before and after in one run.
@@ -32,8 +36,8 @@ def _torchrun(ranks: int) -> list[str]:
 
 
 def run_once(wrap: str, ranks: int, simulated: bool, model: list[str], strict: bool = True,
-             simgpu_tree: str | None = None) -> tuple[float, float]:
-    """The median wall and CPU time (seconds) of a step in one run of the training program
+             simgpu_tree: str | None = None) -> tuple[float, float, float, float]:
+    """The median wall, CPU and kernel CPU time (seconds) and minor page faults of a step in one run of the training program
     (strict=False: the simulator's cross-rank check off, SIMGPU_STRICT=0, to see what it costs;
     simgpu_tree: simulated by the simgpu of that checkout instead of this one)."""
     program = [str(PROGRAM), "--wrap", wrap, *model]
@@ -51,7 +55,8 @@ def run_once(wrap: str, ranks: int, simulated: bool, model: list[str], strict: b
     if done.returncode != 0 or not lines:
         raise SystemExit(f"{' '.join(cmd)} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     out = json.loads(lines[-1])
-    return statistics.median(out["step_seconds"]), statistics.median(out["step_cpu_seconds"])
+    return (statistics.median(out["step_seconds"]), statistics.median(out["step_cpu_seconds"]),
+            statistics.median(out["step_sys_seconds"]), statistics.median(out["step_minor_faults"]))
 
 
 def main() -> None:
@@ -81,7 +86,7 @@ def main() -> None:
     rows = []
     for wrap in args.wraps:
         for ranks in args.ranks:
-            runs: dict[str, list[tuple[float, float]]] = {name: [] for name in series}
+            runs: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in series}
             loads = []
             for _ in range(args.repeats):
                 for name, (simulated, strict, tree) in series.items():
@@ -89,10 +94,12 @@ def main() -> None:
                     runs[name].append(run_once(wrap, ranks, simulated, model, strict=strict, simgpu_tree=tree))
             row: dict = {"wrap": wrap, "ranks": ranks, "load_1min": loads}
             for name, got in runs.items():
-                row[f"{name}_s"] = statistics.median(w for w, _ in got)
-                row[f"{name}_cpu_s"] = statistics.median(c for _, c in got)
-                row[f"{name}_runs"] = [w for w, _ in got]
-                row[f"{name}_cpu_runs"] = [c for _, c in got]
+                row[f"{name}_s"] = statistics.median(run[0] for run in got)
+                row[f"{name}_cpu_s"] = statistics.median(run[1] for run in got)
+                row[f"{name}_sys_s"] = statistics.median(run[2] for run in got)
+                row[f"{name}_minor_faults"] = statistics.median(run[3] for run in got)
+                row[f"{name}_runs"] = [run[0] for run in got]
+                row[f"{name}_cpu_runs"] = [run[1] for run in got]
             for name in series:
                 if name != "plain":
                     prefix = "" if name == "simulated" else f"{name}_"
@@ -103,7 +110,9 @@ def main() -> None:
                             for name in ("no_strict", "baseline") if f"{name}_ratio" in row)
             print(f"{wrap:6} {ranks} ranks: plain {row['plain_s'] * 1e3:8.1f} ms ({row['plain_cpu_s'] * 1e3:.1f} cpu)"
                   f"  simulated {row['simulated_s'] * 1e3:8.1f} ms ({row['simulated_cpu_s'] * 1e3:.1f} cpu)"
-                  f"  ratio {row['ratio']:.2f}x wall {row['cpu_ratio']:.2f}x cpu{extra}  load {max(loads):.1f}",
+                  f"  ratio {row['ratio']:.2f}x wall {row['cpu_ratio']:.2f}x cpu{extra}  load {max(loads):.1f}"
+                  f"  sys ms/faults: " + " ".join(f"{name} {row[f'{name}_sys_s'] * 1e3:.0f}/{row[f'{name}_minor_faults']:.0f}"
+                                                  for name in series),
                   flush=True)
     if args.json:
         from realgpu.environment import host_run_facts, process_environment
@@ -112,7 +121,8 @@ def main() -> None:
                 "baseline": args.baseline,
                 "load_1min_at_end": os.getloadavg()[0],
                 "model": {"width": args.width, "layers": args.layers, "batch": args.batch, "tokens_per_sample": 16},
-                "repeats": args.repeats, "command": " ".join(sys.argv)}
+                "repeats": args.repeats, "command": " ".join(sys.argv),
+                "malloc_env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}}
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
 
