@@ -129,6 +129,7 @@ class SimWork(dist.Work):
         self._error: BaseException | None = None
         self._lock = threading.Lock()
         self.what = "an operation"  # how unfinished_operations() names it: the call and its site
+        self.plan_end: float | None = None  # under a plan: when the collective ends on its stream (plan.py)
         _keep_pending(self)
 
     def _complete(self) -> None:
@@ -149,6 +150,8 @@ class SimWork(dist.Work):
         if self._inner is not None:
             self._inner.wait() if timeout is None else self._inner.wait(timeout)
         self._complete()
+        if self.plan_end is not None and plan.RECORDER is not None:
+            plan.RECORDER.waited(self.plan_end)
         return True
 
     def is_completed(self) -> bool:
@@ -174,7 +177,9 @@ class SimWork(dist.Work):
         return self._outputs
 
     def hold_outputs_weakly(self) -> None:
-        """Completed, and only simgpu holds this work: its outputs live as long as their other holders."""
+        """Completed, and only simgpu holds this work: its outputs live as long as their other holders (the
+        transport's finished work, which holds views of them, goes)."""
+        self._inner = None
         if self._weak_outputs is None:
             if all(isinstance(t, Tensor) for t in self._outputs):
                 self._weak_outputs = [weakref.ref(t) for t in self._outputs]
@@ -348,7 +353,9 @@ def _collective(op: str) -> Callable:
                 if comm_log.ACTIVE is not False:  # SIMGPU_PREDICT: count it for the cost model
                     comm_log.record(op, self.size(), args)
                 if plan.RECORDER is not None:
-                    plan.RECORDER.collective(op, self.size(), args, id(self))
+                    end = plan.RECORDER.collective(op, self.size(), args, id(self))
+                    if isinstance(result, SimWork):
+                        result.plan_end = end  # a plan's timeline: a wait on the default stream holds compute
                 return result
             except Exception as exc:
                 if not self._local.checked:
