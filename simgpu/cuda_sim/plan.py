@@ -79,7 +79,8 @@ class Recorder:
 
     def _event(self, track: str, name: str, start: float, duration: float) -> None:
         if len(self.events) < MAX_TRACE_EVENTS:
-            self.events.append([track, name, round(start, 3), round(duration, 3)])
+            begin = round(start, 3)  # ns resolution; the end rounded alike, so a track's events never overlap
+            self.events.append([track, name, begin, round(round(start + duration, 3) - begin, 3)])
         else:
             self.events_dropped += 1
 
