@@ -17,8 +17,8 @@ SCRIPTS = Path(__file__).resolve().parent / "sim_scripts"
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 
 
-def simgpu_run(*args: str, timeout: float = 240):
-    return run_bounded([sys.executable, "-m", "simgpu", "run", *args], timeout, cwd=ROOT, env=dict(os.environ))
+def simgpu_run(*args: str, timeout: float = 240, env: dict[str, str] | None = None):
+    return run_bounded([sys.executable, "-m", "simgpu", "run", *args], timeout, cwd=ROOT, env={**os.environ, **(env or {})})
 
 
 def _rank_lines(stdout: str) -> dict[int, dict]:
@@ -113,15 +113,16 @@ def test_plan_attention_takes_cudas_kernel(tmp_path: Path) -> None:
     assert line[0].endswith("ScaledDotProductFlashAttentionBackward0") and int(line[0].split()[1]) < 20 << 20
 
 
-def test_collective_buffers_are_freed_as_on_a_gpu() -> None:
+def test_collective_buffers_are_freed_as_on_a_gpu(tmp_path: Path) -> None:
     """A finished collective's buffer the program let go of is freed (simgpu's list of recently completed
     works held the 16 newest works' tensors: FSDP2's all-gather and reduce-scatter buffers, DDP's broadcast
     buffers, 4-8 bytes a parameter on their peaks); a functional all-gather, wrapped and waited for, adds
     its output only, under a plan too (the fake kernels of `_wrap_tensor_autograd` and `wait_tensor` made a
-    second buffer of its size)."""
+    second buffer of its size), and functional collectives reach the process group under a plan (their
+    Meta kernels issued nothing: TP's all-reduces were neither checked nor priced)."""
     program = [TORCHRUN, "--nproc-per-node", "2", str(SCRIPTS / "plan_collective_buffers.py")]
     data = simgpu_run("--gpus", "2", *program)
-    plan = simgpu_run("--gpus", "2", "--plan", "h200-141g", *program)
+    plan = simgpu_run("--gpus", "2", "--plan", "h200-141g", *program, env={"SIMGPU_PLAN_DIR": str(tmp_path)})
     assert data.returncode == 0, data.stdout + data.stderr
     assert plan.returncode == 0, plan.stdout + plan.stderr
     for run in (data, plan):
@@ -129,6 +130,10 @@ def test_collective_buffers_are_freed_as_on_a_gpu() -> None:
             # what stays: the two newest finished works' one-element tensors (kept whole for C++ callers)
             assert row["left_after_all_reduce"] == 1024, (rank, row)
             assert row["all_gather_peak"] == 8 << 20 and row["gathered"] == 8 << 20, (rank, row)
+    from simgpu.cuda_sim import plan as plan_mode
+
+    counted = {p["rank"]: p["after_last_step"]["collectives"] for p in plan_mode.read_plans(tmp_path)}
+    assert counted == {0: 6, 1: 6}, counted
 
 
 def test_timeline_overlaps_until_the_program_waits() -> None:

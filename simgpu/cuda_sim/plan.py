@@ -29,6 +29,7 @@ Each process writes $SIMGPU_PLAN_DIR/plan-<pid>.json at exit; the launcher reads
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import threading
@@ -274,27 +275,44 @@ def _read_zero(func: Any, args: tuple, kwargs: dict) -> Any:
     return func(*args, **kwargs)
 
 
-def _collective_outputs_in_place() -> None:
-    """A functional collective's result is wrapped (`_c10d_functional._wrap_tensor_autograd`, an
-    AsyncCollectiveTensor around the same storage) and waited for (`wait_tensor`, which returns its
-    input): the fake kernels a plan would run are `empty_like`, a second buffer of the collective's size
-    that a GPU never allocates (+512 MiB reserved under TP's vocabulary all-gather at step_reference's
-    small size). A plan runs what CUDA runs instead: the wrapper, and wait_tensor's C++ kernel."""
+_FUNCTIONAL = ("all_reduce", "all_reduce_", "all_reduce_coalesced", "all_reduce_coalesced_", "all_gather_into_tensor",
+               "all_gather_into_tensor_coalesced", "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced",
+               "all_to_all_single", "broadcast", "broadcast_", "isend", "irecv", "batch_p2p_ops", "wait_tensor",
+               "_wrap_tensor_autograd")
+
+
+def _functional_collectives_run_for_real() -> None:
+    """torch's functional collectives (`_c10d_functional`: DTensor's redistributions, TP's all-reduces)
+    have Meta kernels that make an output and issue nothing; a plan, whose tensors are meta, would run
+    those: no collective reached the process group (TP's were neither checked across ranks nor priced),
+    and `wait_tensor` and `_wrap_tensor_autograd` (an AsyncCollectiveTensor around the same storage) each
+    made a second buffer of the output's size (+512 MiB reserved under TP's vocabulary all-gather at
+    step_reference's small size). A plan runs the kernels a GPU runs instead (CompositeExplicitAutograd:
+    C++ that calls the process group), as a run with data does."""
     import torch.distributed as dist
 
     if not dist.is_available():
         return
-    from torch.distributed import _functional_collectives as fc
+    import torch.distributed._functional_collectives  # noqa: F401 - defines the Python-side ops
     from simgpu.cuda_sim import placement
 
-    functional = torch.ops._c10d_functional
-    wrap = getattr(functional, "_wrap_tensor_autograd", None)
-    if wrap is not None and hasattr(fc, "AsyncCollectiveTensor"):  # older torch wraps in Python (no allocation)
-        placement.special(wrap, lambda run, args, kwargs: fc.AsyncCollectiveTensor(args[0]))
-    wait = functional.wait_tensor.default
-    placement.special(functional.wait_tensor,
-                      lambda run, args, kwargs: wait._op_dk(torch._C.DispatchKey.CompositeExplicitAutograd,
-                                                            *args, **kwargs))
+    key = torch._C.DispatchKey.CompositeExplicitAutograd
+    for name in _FUNCTIONAL:
+        packet = getattr(torch.ops._c10d_functional, name, None) if hasattr(torch.ops, "_c10d_functional") else None
+        overload = getattr(packet, "default", None) if packet is not None else None
+        if overload is None or placement.has_special(packet) or not torch._C._dispatch_has_kernel_for_dispatch_key(
+                overload.name(), "CompositeExplicitAutograd"):
+            continue
+        placement.special(packet, functools.partial(_run_for_real, overload, key))
+
+
+def _run_for_real(overload: Any, key: Any, run: Any, args: tuple, kwargs: dict) -> Any:
+    """A functional collective's GPU kernel on storage-less tensors; what it makes goes on their GPU."""
+    from simgpu.cuda_sim import placement
+
+    out = overload._op_dk(key, *args, **kwargs)
+    target = placement.gpu_of_call(args, kwargs)
+    return out if target is None else placement.label(out, target)
 
 
 def install() -> None:
@@ -308,7 +326,7 @@ def install() -> None:
     RECORDER = Recorder(gpu_name)
     placement.make_storage_less(RECORDER.op)
     placement.special(_aten._local_scalar_dense, _read_zero)
-    _collective_outputs_in_place()
+    _functional_collectives_run_for_real()
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     register_optimizer_step_post_hook(lambda *_: RECORDER.step())
