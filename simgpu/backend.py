@@ -122,8 +122,7 @@ class SimWork(dist.Work):
                  finish: Callable[[], None] | None = None):
         super().__init__()
         self._inner = inner
-        self._outputs = list(outputs)
-        self._weak_outputs: list[weakref.ref] | None = None
+        self._outputs: list[Any] = list(outputs)  # after completion, weak references where others hold them
         self._finish = finish
         self._done = False
         self._error: BaseException | None = None
@@ -142,6 +141,7 @@ class SimWork(dist.Work):
                 except BaseException as exc:  # noqa: BLE001 - re-raised by every wait()
                     self._error = exc
                 self._finish = None  # its closure holds the collective's inputs and buffers
+                self._hold_shared_outputs_weakly()
                 _keep_completed(self)
         if self._error is not None:
             raise self._error
@@ -172,18 +172,21 @@ class SimWork(dist.Work):
         return self._error
 
     def result(self) -> list[Tensor]:
-        if self._weak_outputs is not None:
-            return [t for t in (ref() for ref in self._weak_outputs) if t is not None]
-        return self._outputs
+        resolved = (o() if isinstance(o, weakref.ref) else o for o in self._outputs)
+        return [t for t in resolved if t is not None]
+
+    def _hold_shared_outputs_weakly(self) -> None:
+        """Completed: an output someone else holds (the program, C++) is held weakly, so it is freed when
+        they let go, as a GPU frees a finished collective's buffer (TP's gathered logits, before their
+        rearranged copy's loss); one only this work holds stays for result()."""
+        self._outputs = [weakref.ref(o) if isinstance(o, Tensor) and sys.getrefcount(o) > 3 else o
+                         for o in self._outputs]  # > the list, `o` and getrefcount's argument
 
     def hold_outputs_weakly(self) -> None:
         """Completed, and only simgpu holds this work: its outputs live as long as their other holders (the
         transport's finished work, which holds views of them, goes)."""
         self._inner = None
-        if self._weak_outputs is None:
-            if all(isinstance(t, Tensor) for t in self._outputs):
-                self._weak_outputs = [weakref.ref(t) for t in self._outputs]
-                self._outputs = []
+        self._outputs = [weakref.ref(o) if isinstance(o, Tensor) else o for o in self._outputs]
 
     def _source_rank(self) -> int:
         return self._inner._source_rank() if self._inner is not None else -1
