@@ -193,3 +193,20 @@ def test_trace_has_a_track_per_gpu_and_stream(tmp_path: Path) -> None:
     assert len([e for e in timed if e["pid"] == 0 and names[(0, e["tid"])] == "steps"]) == 3
     refused = simgpu_run("--gpus", "1", "--trace", str(trace), sys.executable, "-c", "pass")
     assert refused.returncode != 0 and "--trace writes a plan's timeline; it needs --plan GPU" in refused.stderr
+
+
+def test_ranks_alike_are_grouped() -> None:
+    """The table says which ranks did the same work (step counts and peaks), as ranges."""
+    from simgpu.cuda_sim import plan
+
+    def doc(rank: int, ops: int, peak: int) -> dict:
+        step = {"ops": ops, "flops": 10, "bytes": 20, "collectives": 1, "comm_bytes": 4, "compute_us": 1.0,
+                "comm_us": 1.0, "step_us": 2.0}
+        return {"pid": 100 + rank, "rank": rank, "gpu": "h200-141g", "steps": [step, step], "after_last_step": step,
+                "memory": {"0": {"max_allocated": peak, "max_reserved": peak, "capacity": 1 << 40}}}
+
+    plans = [doc(0, 5, 1 << 20), doc(1, 5, 1 << 20), doc(2, 5, 1 << 20), doc(3, 6, 1 << 20), doc(4, 5, 2 << 20),
+             doc(5, 5, 1 << 20)]
+    assert plan.equal_ranks(plans) == [[0, 1, 2, 5], [3], [4]]
+    lines = plan.summary_lines(plans, "h200-141g")
+    assert "ranks alike (the same ops, FLOPs, bytes and collectives every step, the same peaks): 0-2, 5; 3; 4" in lines

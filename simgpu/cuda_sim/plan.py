@@ -393,12 +393,46 @@ def summary_lines(plans: Sequence[dict], gpu_name: str) -> list[str]:
         lines.append(f"{r['rank']:>4} {r['gpu_index']:>3} {r['max_allocated'] / gib:>9.2f} {r['max_reserved'] / gib:>9.2f} "
                      f"{r['device_total'] / gib:>9.2f} {r['steps']:>5} {r['compute_us'] / 1e3:>10.2f} "
                      f"{r['comm_us'] / 1e3:>8.2f} {r['exposed_comm_us'] / 1e3:>15.2f} {r['step_us'] / 1e3:>8.2f}")
+    classes = equal_ranks(plans)
+    if len(plans) > 1:
+        lines.append("ranks alike (the same ops, FLOPs, bytes and collectives every step, the same peaks): "
+                     + "; ".join(_ranges(ranks) for ranks in classes))
     lines.append(f"(+ctx+NCCL adds the CUDA context, {gpu.context_bytes >> 20} MiB, and {gpu.nccl_bytes_per_comm >> 20} MiB "
                  f"of NCCL buffers per communicator the rank used, as measured on 4x H200; rates: "
                  f"{'measured, ' + gpu.source if gpu.calibrated else 'datasheet x derating, uncalibrated'}; "
                  f"communication: cost model preset {gpu.comm_machine}; collectives overlap compute until the "
                  f"default stream waits for them, pipeline bubbles and host launch time are not modelled)")
     return lines
+
+
+_STEP_KEYS = ("ops", "flops", "bytes", "collectives", "comm_bytes")
+
+
+def equal_ranks(plans: Sequence[dict]) -> list[list[int]]:
+    """The ranks grouped by what they did: every step's op, FLOP, byte and collective counts and the
+    allocator's peaks. Ranks of one group are alike as far as a plan can tell (the first step towards
+    running one process per role)."""
+    groups: dict[tuple, list[int]] = {}
+    for plan in plans:
+        steps = [*plan["steps"], plan["after_last_step"]]
+        signature = (tuple(tuple(step.get(k, 0) for k in _STEP_KEYS) for step in steps),
+                     tuple((m["max_allocated"], m["max_reserved"]) for _, m in sorted(plan["memory"].items())))
+        groups.setdefault(signature, []).append(plan["rank"])
+    return sorted(sorted(ranks) for ranks in groups.values())
+
+
+def _ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2, 5"."""
+    parts: list[str] = []
+    start = previous = ranks[0]
+    for rank in [*ranks[1:], None]:
+        if rank is not None and rank == previous + 1:
+            previous = rank
+            continue
+        parts.append(str(start) if start == previous else f"{start}-{previous}")
+        if rank is not None:
+            start = previous = rank
+    return ", ".join(parts)
 
 
 def trace_document(plans: Sequence[dict]) -> dict:
