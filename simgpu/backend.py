@@ -141,6 +141,7 @@ class SimWork(dist.Work):
                 except BaseException as exc:  # noqa: BLE001 - re-raised by every wait()
                     self._error = exc
                 self._finish = None  # its closure holds the collective's inputs and buffers
+                self._let_go_of_transport()
                 self._hold_shared_outputs_weakly()
                 _keep_completed(self)
         if self._error is not None:
@@ -183,13 +184,26 @@ class SimWork(dist.Work):
                          for o in self._outputs]  # > the list, `o` and getrefcount's argument
 
     def hold_outputs_weakly(self) -> None:
-        """Completed, and only simgpu holds this work: its outputs live as long as their other holders (the
-        transport's finished work, which holds views of them, goes)."""
-        self._inner = None
+        """Completed, and only simgpu holds this work: its outputs live as long as their other holders."""
         self._outputs = [weakref.ref(o) if isinstance(o, Tensor) else o for o in self._outputs]
 
+    def _let_go_of_transport(self) -> None:
+        """The finished gloo work holds views of the collective's buffers: let go of it (a run with data then
+        frees them when a plan, which moves nothing, does), keeping what a recv from any source asks later."""
+        inner, self._inner = self._inner, None
+        if inner is not None:
+            try:
+                self._source: int | BaseException = inner._source_rank()
+            except Exception as exc:  # noqa: BLE001 - not a recv: asked for, it raises as the work would
+                self._source = exc.with_traceback(None)  # its frames would hold the gloo work
+
     def _source_rank(self) -> int:
-        return self._inner._source_rank() if self._inner is not None else -1
+        if self._inner is not None:
+            return self._inner._source_rank()
+        source = getattr(self, "_source", -1)
+        if isinstance(source, BaseException):
+            raise source
+        return source
 
     def get_future(self) -> torch.futures.Future:
         if self._inner is not None and not self._done:

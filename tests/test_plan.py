@@ -127,9 +127,10 @@ def test_collective_buffers_are_freed_as_on_a_gpu(tmp_path: Path) -> None:
     assert plan.returncode == 0, plan.stdout + plan.stderr
     for run in (data, plan):
         for rank, row in _rank_lines(run.stdout).items():
-            # what stays: the two newest finished works' one-element tensors (kept whole for C++ callers)
-            assert row["left_after_all_reduce"] == 1024, (rank, row)
-            assert row["all_gather_peak"] == 8 << 20 and row["gathered"] == 8 << 20, (rank, row)
+            # what may stay: one 512-byte block of the one-element all_reduces (8 MiB more before the fix)
+            assert row["left_after_all_reduce"] <= 512, (rank, row)
+            # the output and at most two small blocks (16 MiB before the fix, under a plan)
+            assert (8 << 20) <= row["all_gather_peak"] <= (8 << 20) + 1024 and row["gathered"] == 8 << 20, (rank, row)
     from simgpu.cuda_sim import plan as plan_mode
 
     counted = {p["rank"]: p["after_last_step"]["collectives"] for p in plan_mode.read_plans(tmp_path)}
