@@ -35,6 +35,7 @@ import os
 import secrets
 import sys
 import threading
+import weakref
 from datetime import timedelta
 from typing import Any, Callable, Sequence
 
@@ -99,10 +100,24 @@ def unfinished_operations() -> list[str]:
     return [work.what for work in list(_PENDING_WORKS.values()) if work.unfinished()]
 
 
+_STRONG_COMPLETED = 2  # the newest completed works keep their outputs as they are
+
+
 def _keep_completed(work: "SimWork") -> None:
+    """Keep a completed work alive (C++ may still call its overrides) without keeping its tensors: a GPU
+    frees a collective's buffers once it has completed and its caller has let go of them (FSDP2's
+    all-gather and reduce-scatter buffers, DDP's broadcast and first buckets). Holding them here kept
+    up to 16 collectives' buffers alive and put 4-8 bytes a parameter on DDP's and FSDP2's peaks. A work
+    nobody can read after its wait (cpp_may_hold False) is not kept at all."""
     if work.cpp_may_hold:
         _RECENTLY_COMPLETED.append(work)
     _PENDING_WORKS.pop(id(work), None)
+    if len(_RECENTLY_COMPLETED) > _STRONG_COMPLETED:
+        older = _RECENTLY_COMPLETED[-_STRONG_COMPLETED - 1]
+        # held by the deque, `older` and getrefcount's argument only: no Python caller can ask for result()
+        # any more, and a C++ caller holds the tensors it passed in (so the weak references resolve)
+        if sys.getrefcount(older) <= 3:
+            older.hold_outputs_weakly()
 
 
 _SIMGPU_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -143,13 +158,14 @@ class SimWork(dist.Work):
                  finish: Callable[[], None] | None = None):
         super().__init__()
         self._inner = inner
-        self._outputs = list(outputs)
+        self._outputs: list[Any] = list(outputs)  # after completion, weak references where others hold them
         self._finish = finish
         self._done = False
         self._error: BaseException | None = None
         self._lock = threading.Lock()
         self.what = "an operation"  # how unfinished_operations() names it: the call and its site
         self.cpp_may_hold = not _dropped_once_waited()
+        self.plan_end: float | None = None  # under a plan: when the collective ends on its stream (plan.py)
         _keep_pending(self)
 
     def _complete(self) -> None:
@@ -162,6 +178,8 @@ class SimWork(dist.Work):
                 except BaseException as exc:  # noqa: BLE001 - re-raised by every wait()
                     self._error = exc
                 self._finish = None  # its closure holds the collective's inputs and buffers
+                self._let_go_of_transport()
+                self._hold_shared_outputs_weakly()
                 _keep_completed(self)
         if self._error is not None:
             raise self._error
@@ -172,6 +190,8 @@ class SimWork(dist.Work):
         if self.cpp_may_hold and _waited_by_python():  # the waiter holds the handle (FSDP2's reduce-scatter),
             self.cpp_may_hold = False                  # so nothing needs to keep it: its buffers go with it
         self._complete()
+        if self.plan_end is not None and plan.RECORDER is not None:
+            plan.RECORDER.waited(self.plan_end)
         return True
 
     def is_completed(self) -> bool:
@@ -192,10 +212,37 @@ class SimWork(dist.Work):
         return self._error
 
     def result(self) -> list[Tensor]:
-        return self._outputs
+        resolved = (o() if isinstance(o, weakref.ref) else o for o in self._outputs)
+        return [t for t in resolved if t is not None]
+
+    def _hold_shared_outputs_weakly(self) -> None:
+        """Completed: an output someone else holds (the program, C++) is held weakly, so it is freed when
+        they let go, as a GPU frees a finished collective's buffer (TP's gathered logits, before their
+        rearranged copy's loss); one only this work holds stays for result()."""
+        self._outputs = [weakref.ref(o) if isinstance(o, Tensor) and sys.getrefcount(o) > 3 else o
+                         for o in self._outputs]  # > the list, `o` and getrefcount's argument
+
+    def hold_outputs_weakly(self) -> None:
+        """Completed, and only simgpu holds this work: its outputs live as long as their other holders."""
+        self._outputs = [weakref.ref(o) if isinstance(o, Tensor) else o for o in self._outputs]
+
+    def _let_go_of_transport(self) -> None:
+        """The finished gloo work holds views of the collective's buffers: let go of it (a run with data then
+        frees them when a plan, which moves nothing, does), keeping what a recv from any source asks later."""
+        inner, self._inner = self._inner, None
+        if inner is not None:
+            try:
+                self._source: int | BaseException = inner._source_rank()
+            except Exception as exc:  # noqa: BLE001 - not a recv: asked for, it raises as the work would
+                self._source = exc.with_traceback(None)  # its frames would hold the gloo work
 
     def _source_rank(self) -> int:
-        return self._inner._source_rank() if self._inner is not None else -1
+        if self._inner is not None:
+            return self._inner._source_rank()
+        source = getattr(self, "_source", -1)
+        if isinstance(source, BaseException):
+            raise source
+        return source
 
     def get_future(self) -> torch.futures.Future:
         if self._inner is not None and not self._done:
@@ -207,11 +254,11 @@ class SimWork(dist.Work):
                 def then(fut: torch.futures.Future) -> list[Tensor]:
                     fut.value()
                     self._complete()
-                    return self._outputs
+                    return self.result()
                 return inner_future.then(then)
         self.wait()
         fut: torch.futures.Future = torch.futures.Future()
-        fut.set_result(self._outputs)
+        fut.set_result(self.result())
         return fut
 
     def unfinished(self) -> bool:
@@ -362,7 +409,9 @@ def _collective(op: str) -> Callable:
                 if comm_log.ACTIVE is not False:  # SIMGPU_PREDICT: count it for the cost model
                     comm_log.record(op, self.size(), args)
                 if plan.RECORDER is not None:
-                    plan.RECORDER.collective(op, self.size(), args, id(self))
+                    end = plan.RECORDER.collective(op, self.size(), args, id(self))
+                    if isinstance(result, SimWork):
+                        result.plan_end = end  # a plan's timeline: a wait on the default stream holds compute
                 return result
             except Exception as exc:
                 if not self._local.checked:

@@ -56,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="plan the run for this GPU without computing anything: storage-less tensors, the caching "
                           "allocator's peaks and OutOfMemoryError at its size, a step-time estimate (docs/plan-mode.md; "
                           f"GPUs: {', '.join(_plan_gpus())})")
+    run.add_argument("--trace", default=None, metavar="FILE",
+                     help="with --plan: write the plan's timeline as Chrome/Perfetto trace JSON (one track per "
+                          "simulated GPU and stream, each op and collective at its predicted time)")
     run.add_argument("--no-template", action="store_true",
                      help="start every Python process of the program on its own (each imports torch), not as a "
                           f"fork of the run's warm template (also: {OFF_ENV}=1; docs/warm-template.md)")
@@ -135,14 +138,15 @@ def check_installed_torch() -> None:
 
 def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: float | None = None,
         predict: str | None = None, template: bool = True, sim_interface: str | None = None,
-        plan: str | None = None) -> int:
+        plan: str | None = None, trace: str | None = None) -> int:
     """Run `cmd` on `gpus` simulated GPUs; its exit status (124 after a timeout).
 
     predict: a cost-model machine preset; the predicted communication time is printed at the end.
     template: start the program's Python processes as forks of a warm template (simgpu.template),
     unless SIMGPU_NO_TEMPLATE=1.
     sim_interface: this node's network interface when the world spans hosts (`gpus` is this node's).
-    plan: a GPU (simgpu.cuda_sim.gpu_specs) to plan the run for, without data (docs/plan-mode.md)."""
+    plan: a GPU (simgpu.cuda_sim.gpu_specs) to plan the run for, without data (docs/plan-mode.md).
+    trace: with plan, a file for the plan's Chrome/Perfetto trace."""
     template = template and os.environ.get(OFF_ENV) != "1"
     for name, value in (("--timeout", timeout), ("--memory-gb", memory_gb)):
         if value is not None and not 0 < value < float("inf"):
@@ -157,9 +161,12 @@ def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: floa
     if plan is not None and predict is not None:
         raise SystemExit("simgpu run: --plan prices the collectives itself (on its GPU's cost-model preset); "
                          "leave out --predict")
+    if trace is not None and plan is None:
+        raise SystemExit("simgpu run: --trace writes a plan's timeline; it needs --plan GPU")
     check_installed_torch()
     if plan is not None:
-        return _run_plan(cmd, plan, environment(gpus, memory_gb, timeout, sim_interface), memory_gb, timeout, template)
+        return _run_plan(cmd, plan, environment(gpus, memory_gb, timeout, sim_interface), memory_gb, timeout, template,
+                         trace)
     if predict is None:
         return _run(cmd, environment(gpus, memory_gb, timeout, sim_interface), timeout, template)
     from simgpu import comm_log, cost_model
@@ -182,7 +189,7 @@ def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: floa
 
 
 def _run_plan(cmd: list[str], gpu_name: str, env: dict[str, str], memory_gb: float | None, timeout: float | None,
-              use_template: bool) -> int:
+              use_template: bool, trace: str | None = None) -> int:
     """A plan (docs/plan-mode.md): each GPU's allocator gets what the named GPU leaves it after the CUDA
     context and NCCL's buffers (unless --memory-gb says otherwise); the plan's table is printed at the end."""
     from simgpu.cuda_sim import gpu_specs, plan
@@ -194,6 +201,8 @@ def _run_plan(cmd: list[str], gpu_name: str, env: dict[str, str], memory_gb: flo
     keep = env.get(plan.ENV_DIR)  # set by the caller: the ranks' plan files stay there (plan_reference/compare.py)
     folder = keep or tempfile.mkdtemp(prefix="simgpu-plan-")
     env = {**env, plan.ENV_GPU: gpu.name, plan.ENV_DIR: folder}
+    if trace is not None:
+        env[plan.ENV_TRACE] = "1"
     if memory_gb is None:
         env["SIMGPU_GPU_MEMORY_GB"] = repr((gpu.total_memory - gpu.context_bytes - gpu.nccl_bytes_per_comm) / 2**30)
         # (one communicator's buffers assumed: a program with several has less for its tensors)
@@ -201,6 +210,9 @@ def _run_plan(cmd: list[str], gpu_name: str, env: dict[str, str], memory_gb: flo
         code = _run(cmd, env, timeout, use_template)
         plans = plan.read_plans(folder)
         lines = plan.summary_lines(plans, gpu.name) if plans else ["simgpu plan: no process used a GPU"]
+        if trace is not None:
+            events = plan.write_trace(plans, trace)
+            lines.append(f"simgpu plan: trace of {events} events written to {trace} (open in ui.perfetto.dev)")
         sys.stderr.write("\n".join(["", *lines, ""]))
         sys.stderr.flush()
         return code
@@ -272,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["--"]:
         args = args[1:]
     return run(ns.gpus, command_line(ns.target, ns.module, args), ns.memory_gb, ns.timeout, ns.predict,
-               template=not ns.no_template, sim_interface=ns.sim_interface, plan=ns.plan)
+               template=not ns.no_template, sim_interface=ns.sim_interface, plan=ns.plan, trace=ns.trace)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ SCRIPTS = Path(__file__).resolve().parent / "sim_scripts"
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 
 
-def simgpu_run(*args: str, timeout: float = 240):
-    return run_bounded([sys.executable, "-m", "simgpu", "run", *args], timeout, cwd=ROOT, env=dict(os.environ))
+def simgpu_run(*args: str, timeout: float = 240, env: dict[str, str] | None = None):
+    return run_bounded([sys.executable, "-m", "simgpu", "run", *args], timeout, cwd=ROOT, env={**os.environ, **(env or {})})
 
 
 def _rank_lines(stdout: str) -> dict[int, dict]:
@@ -111,3 +111,103 @@ def test_plan_attention_takes_cudas_kernel(tmp_path: Path) -> None:
     line = [ln for ln in plan.stdout.splitlines() if ln.startswith("peak")]
     assert line == [ln for ln in data.stdout.splitlines() if ln.startswith("peak")]
     assert line[0].endswith("ScaledDotProductFlashAttentionBackward0") and int(line[0].split()[1]) < 20 << 20
+
+
+def test_collective_buffers_are_freed_as_on_a_gpu(tmp_path: Path) -> None:
+    """A finished collective's buffer the program let go of is freed (simgpu's list of recently completed
+    works held the 16 newest works' tensors: FSDP2's all-gather and reduce-scatter buffers, DDP's broadcast
+    buffers, 4-8 bytes a parameter on their peaks); a functional all-gather, wrapped and waited for, adds
+    its output only, under a plan too (the fake kernels of `_wrap_tensor_autograd` and `wait_tensor` made a
+    second buffer of its size), and functional collectives reach the process group under a plan (their
+    Meta kernels issued nothing: TP's all-reduces were neither checked nor priced)."""
+    program = [TORCHRUN, "--nproc-per-node", "2", str(SCRIPTS / "plan_collective_buffers.py")]
+    data = simgpu_run("--gpus", "2", *program)
+    plan = simgpu_run("--gpus", "2", "--plan", "h200-141g", *program, env={"SIMGPU_PLAN_DIR": str(tmp_path)})
+    assert data.returncode == 0, data.stdout + data.stderr
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    for run in (data, plan):
+        for rank, row in _rank_lines(run.stdout).items():
+            # what may stay: one 512-byte block of the one-element all_reduces (8 MiB more before the fix)
+            assert row["left_after_all_reduce"] <= 512, (rank, row)
+            # the output and at most two small blocks (16 MiB before the fix, under a plan)
+            assert (8 << 20) <= row["all_gather_peak"] <= (8 << 20) + 1024 and row["gathered"] == 8 << 20, (rank, row)
+    from simgpu.cuda_sim import plan as plan_mode
+
+    counted = {p["rank"]: p["after_last_step"]["collectives"] for p in plan_mode.read_plans(tmp_path)}
+    assert counted == {0: 6, 1: 6}, counted
+
+
+def test_timeline_overlaps_until_the_program_waits() -> None:
+    """A collective runs on its group's clock from when it is issued: compute issued after it overlaps it,
+    and only a wait on the default stream holds compute back (the exposed communication); a step ends
+    when its compute and collectives have."""
+    from simgpu.cuda_sim import plan
+
+    recorder = plan.Recorder("h200-141g")
+    a = torch.empty(4096, 4096, dtype=torch.bfloat16, device="meta")
+    mm = torch.ops.aten.mm.default
+    grad = torch.empty(64 << 20, device="meta")
+    end = recorder.collective("all_reduce", 2, [[grad]], group=1)
+    assert end is not None and end > 0
+    recorder.op(mm, (a, a), {}, mm(a, a))  # overlaps the all_reduce
+    compute = recorder.clock
+    assert 0 < compute < end
+    recorder.waited(end)
+    assert recorder.clock == end and recorder.current["exposed_wait_us"] == pytest.approx(end - compute)
+    second = recorder.collective("all_reduce", 2, [[grad]], group=1)  # never waited for: the step waits
+    recorder.step()
+    step = recorder.steps[0]
+    assert step["step_us"] == pytest.approx(second)
+    assert step["exposed_comm_us"] == pytest.approx(second - step["compute_us"])
+    assert step["comm_us"] == pytest.approx(2 * end)
+
+
+def test_trace_has_a_track_per_gpu_and_stream(tmp_path: Path) -> None:
+    """`--trace FILE` writes Chrome trace JSON: a process per rank, a thread per stream and NCCL group,
+    each op and collective a complete event at its predicted time, the events of a track one after
+    another, DDP's bucket all-reduces overlapping the backward's compute; and --trace without --plan is
+    refused in one line."""
+    trace = tmp_path / "plan.json"
+    program = [TORCHRUN, "--nproc-per-node", "2", str(SCRIPTS / "plan_train.py"), "--wrap", "ddp"]
+    done = simgpu_run("--gpus", "2", "--plan", "h200-141g", "--trace", str(trace), *program)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"written to {trace}" in done.stderr
+    document = json.loads(trace.read_text())
+    events = document["traceEvents"]
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert sorted({e["args"]["name"].split(" ")[1] for e in events if e["name"] == "process_name"}) == ["0", "1"]
+    for rank in (0, 1):
+        tracks = {name for (pid, _), name in names.items() if pid == rank}
+        assert {"stream 0 (compute)", "steps"} <= tracks and any(t.startswith("nccl: group") for t in tracks), tracks
+    timed = [e for e in events if e["ph"] == "X"]
+    assert all(e["dur"] > 0 and e["ts"] >= 0 for e in timed)
+    by_track: dict = {}
+    for e in timed:
+        by_track.setdefault((e["pid"], e["tid"]), []).append(e)
+    for key, track in by_track.items():
+        track.sort(key=lambda e: e["ts"])
+        assert all(b["ts"] >= a["ts"] + a["dur"] - 1e-3 for a, b in zip(track, track[1:])), names[key]
+    compute = [(e["ts"], e["ts"] + e["dur"]) for e in timed if names[(e["pid"], e["tid"])] == "stream 0 (compute)"
+               and e["pid"] == 0]
+    reduces = [e for e in timed if e["pid"] == 0 and e["name"].startswith("all_reduce")]
+    assert any(s < r["ts"] + r["dur"] and r["ts"] < t for r in reduces for s, t in compute)
+    assert len([e for e in timed if e["pid"] == 0 and names[(0, e["tid"])] == "steps"]) == 3
+    refused = simgpu_run("--gpus", "1", "--trace", str(trace), sys.executable, "-c", "pass")
+    assert refused.returncode != 0 and "--trace writes a plan's timeline; it needs --plan GPU" in refused.stderr
+
+
+def test_ranks_alike_are_grouped() -> None:
+    """The table says which ranks did the same work (step counts and peaks), as ranges."""
+    from simgpu.cuda_sim import plan
+
+    def doc(rank: int, ops: int, peak: int) -> dict:
+        step = {"ops": ops, "flops": 10, "bytes": 20, "collectives": 1, "comm_bytes": 4, "compute_us": 1.0,
+                "comm_us": 1.0, "step_us": 2.0}
+        return {"pid": 100 + rank, "rank": rank, "gpu": "h200-141g", "steps": [step, step], "after_last_step": step,
+                "memory": {"0": {"max_allocated": peak, "max_reserved": peak, "capacity": 1 << 40}}}
+
+    plans = [doc(0, 5, 1 << 20), doc(1, 5, 1 << 20), doc(2, 5, 1 << 20), doc(3, 6, 1 << 20), doc(4, 5, 2 << 20),
+             doc(5, 5, 1 << 20)]
+    assert plan.equal_ranks(plans) == [[0, 1, 2, 5], [3], [4]]
+    lines = plan.summary_lines(plans, "h200-141g")
+    assert "ranks alike (the same ops, FLOPs, bytes and collectives every step, the same peaks): 0-2, 5; 3; 4" in lines

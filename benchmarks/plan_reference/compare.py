@@ -8,12 +8,14 @@ per model size, layout and rank, the peak reserved memory and the step time. Pri
 
 The plan's memory is what the program itself read from torch.cuda under the plan (the allocator model's
 peaks, per layout: step_reference resets them between layouts). Its step time is the plan's record of
-each rank's last optimizer step in the layout (`compute + comm`, no overlap, and `max(compute, comm)`).
+each rank's last optimizer step in the layout (the timeline of plan.py: compute, collectives overlapping
+it until the program waits on the default stream).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 
@@ -51,10 +53,12 @@ def main() -> None:
     for record in planned:
         record["steps_run"] = args.steps_per_layout
     steps = predicted_steps(args.plan_dir, planned)
-    print("| size | layout | rank | reserved GiB measured | predicted | ratio | step ms measured | predicted serial | "
-          "overlapped | ratio (serial) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| size | layout | rank | allocated GiB measured | predicted | reserved GiB measured | predicted | ratio | "
+          "step ms measured | predicted | ratio | compute ms | exposed comm ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     gib = float(1 << 30)
+    memory_ratios: dict[str, list[float]] = {}
+    step_ratios: dict[str, list[float]] = {}
     for record in planned:
         real = measured.get((record["size"], record["layout"]))
         if real is None:
@@ -62,16 +66,33 @@ def main() -> None:
         for mine, theirs in zip(record["ranks"], real["ranks"]):
             rank = mine["rank"]
             step = steps.get((record["size"], record["layout"], rank), {})
-            serial = (step.get("compute_us", 0) + step.get("comm_us", 0)) / 1e3
-            overlapped = max(step.get("compute_us", 0), step.get("comm_us", 0)) / 1e3
+            compute = step.get("compute_us", 0) / 1e3
+            predicted = step.get("step_us", step.get("compute_us", 0) + step.get("comm_us", 0)) / 1e3
             if "max_reserved" not in theirs or "max_reserved" not in mine:
                 print(f"| {record['size']} | {record['layout']} | {rank} | {theirs.get('error', '?')} | "
-                      f"{mine.get('error', '?')} | | | | | |")
+                      f"{mine.get('error', '?')} | | | | | | | | |")
                 continue
-            print(f"| {record['size']} | {record['layout']} | {rank} | {theirs['max_reserved'] / gib:.2f} | "
-                  f"{mine['max_reserved'] / gib:.2f} | {mine['max_reserved'] / theirs['max_reserved']:.3f} | "
-                  f"{theirs['step_ms']:.1f} | {serial:.1f} | {overlapped:.1f} | {serial / theirs['step_ms']:.2f} |")
+            memory = mine["max_reserved"] / theirs["max_reserved"]
+            timing = predicted / theirs["step_ms"]
+            memory_ratios.setdefault(record["layout"], []).append(memory)
+            step_ratios.setdefault(record["layout"], []).append(timing)
+            print(f"| {record['size']} | {record['layout']} | {rank} | {theirs['max_allocated'] / gib:.2f} | "
+                  f"{mine['max_allocated'] / gib:.2f} | {theirs['max_reserved'] / gib:.2f} | "
+                  f"{mine['max_reserved'] / gib:.2f} | {memory:.3f} | {theirs['step_ms']:.1f} | {predicted:.1f} | "
+                  f"{timing:.2f} | {compute:.1f} | {max(predicted - compute, 0):.1f} |")
+    print()
+    print("| layout | rows | reserved: ratio range | geometric-mean error | step: ratio range |")
+    print("|---|---|---|---|---|")
+    everything = [r for ratios in memory_ratios.values() for r in ratios]
+    for layout, ratios in [*memory_ratios.items(), ("all", everything)]:
+        timing = step_ratios.get(layout, [r for rs in step_ratios.values() for r in rs])
+        print(f"| {layout} | {len(ratios)} | {min(ratios):.3f}-{max(ratios):.3f} | {_gm_error(ratios):.1%} | "
+              f"{min(timing):.2f}-{max(timing):.2f} |")
 
+
+def _gm_error(ratios: list[float]) -> float:
+    """exp(mean |log ratio|) - 1: the typical relative error, over- and under-predictions alike."""
+    return math.exp(sum(abs(math.log(r)) for r in ratios) / len(ratios)) - 1 if ratios else 0.0
 
 if __name__ == "__main__":
     main()

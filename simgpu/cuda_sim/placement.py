@@ -296,6 +296,11 @@ _SPECIAL: dict[Any, Callable[[Callable, tuple, dict], Any]] = {
 }
 
 
+def has_special(packet: Any) -> bool:
+    """Whether an op has a handler of its own (special)."""
+    return packet in _SPECIAL
+
+
 def special(packet: Any, handler: Callable[[Callable, tuple, dict], Any]) -> None:
     """Give an op a handler of its own, called with (the op's kernel, args, kwargs) instead of placement's rule."""
     _SPECIAL[packet] = handler

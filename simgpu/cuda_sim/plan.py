@@ -14,15 +14,22 @@ memory. A program whose control flow depends on the values it computed follows t
 
 Step time: each op's FLOPs (torch.utils.flop_counter's formulas) and bytes (its tensors' sizes) priced
 against the GPU (gpu_specs.py): max(FLOPs / matmul rate of its dtype, bytes / HBM bandwidth), views
-free; each collective at the cost model's GPU time for the GPU's machine preset. A step is what lies
-between two `optimizer.step()` returns. Compute and communication are summed per step and reported
-with their sum (no overlap) and their max (full overlap): the overlap on streams is not modelled yet.
+free; each collective at the cost model's GPU time for the GPU's machine preset. The ops run one after
+another on the GPU's compute clock; a collective runs on its process group's own clock (NCCL's stream)
+from when it is issued and its group's previous collective has ended, and holds compute back only where
+the program waits for it on the default stream (a synchronous collective, `work.wait()`, `wait_tensor`):
+DDP's bucketed all-reduces and FSDP's collectives on their own streams overlap compute, TP's all-reduces
+do not. A step is what lies between two `optimizer.step()` returns and ends when the compute and every
+collective have; its time less its compute is the exposed communication. Not modelled: waits on events
+between streams (a side stream's wait does not hold compute back), the host's launch time, and the time
+a rank waits for its peers (pipeline bubbles: each rank has its own clocks).
 
 Each process writes $SIMGPU_PLAN_DIR/plan-<pid>.json at exit; the launcher reads them (summary_lines).
 """
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import threading
@@ -33,6 +40,8 @@ import torch
 
 ENV_GPU = "SIMGPU_PLAN"
 ENV_DIR = "SIMGPU_PLAN_DIR"
+ENV_TRACE = "SIMGPU_PLAN_TRACE"  # set: each rank keeps its ops and collectives for `--trace FILE`
+MAX_TRACE_EVENTS = 400_000  # per rank; later ones are counted, not kept
 MIN_KERNEL_US = 2.0  # the shortest a GPU kernel takes (launch to end), stated, not measured
 _lock = threading.Lock()
 _installed = False
@@ -56,11 +65,25 @@ class Recorder:
         self.current = self._empty()
         self.unpriced: dict[str, int] = {}
         self.groups: set[int] = set()
+        self.clock = 0.0  # us: when the compute stream is free
+        self.step_start = 0.0
+        self.comm_clock: dict[int, float] = {}  # group -> when its NCCL stream is free
+        self.group_names: dict[int, str] = {}  # group -> its trace track
+        self.trace = bool(os.environ.get(ENV_TRACE))
+        self.events: list[list] = []  # [track, name, start us, duration us] when tracing
+        self.events_dropped = 0
 
     @staticmethod
     def _empty() -> dict[str, float]:
         return {"ops": 0, "flops": 0, "bytes": 0, "compute_us": 0.0, "collectives": 0, "comm_bytes": 0,
-                "comm_us": 0.0}
+                "comm_us": 0.0, "exposed_wait_us": 0.0}
+
+    def _event(self, track: str, name: str, start: float, duration: float) -> None:
+        if len(self.events) < MAX_TRACE_EVENTS:
+            begin = round(start, 3)  # ns resolution; the end rounded alike, so a track's events never overlap
+            self.events.append([track, name, begin, round(round(start + duration, 3) - begin, 3)])
+        else:
+            self.events_dropped += 1
 
     def op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         """Price one aten op that ran on a simulated GPU."""
@@ -70,14 +93,19 @@ class Recorder:
         moved = _bytes(args, kwargs) + _bytes((out,), {})
         dtype = _compute_dtype(args)
         seconds = max(flops / self.gpu.matmul_rate(dtype) if flops else 0.0, moved / self.gpu.bandwidth)
+        us = max(seconds * 1e6, MIN_KERNEL_US)
         with _lock:
             c = self.current
             c["ops"] += 1
             c["flops"] += flops
             c["bytes"] += moved
-            c["compute_us"] += max(seconds * 1e6, MIN_KERNEL_US)
+            c["compute_us"] += us
+            if self.trace:
+                self._event(_stream_track(), func.overloadpacket.__name__, self.clock, us)
+            self.clock += us
 
-    def collective(self, op: str, n: int, args: Sequence[Any], group: int = 0) -> None:
+    def collective(self, op: str, n: int, args: Sequence[Any], group: int = 0) -> float | None:
+        """Price a collective issued now on `group`; returns when it ends (us), None if not priced."""
         from simgpu import collective_facts, comm_log, cost_model
 
         if n > 1 and op not in ("send", "recv"):
@@ -88,7 +116,7 @@ class Recorder:
         except Exception:  # noqa: BLE001 - an odd argument: counted, not priced
             with _lock:
                 self.unpriced[op] = self.unpriced.get(op, 0) + 1
-            return
+            return None
         name = collective_facts.ALIASES.get(op, op)
         us = cost_model.predict(self.machine, name, nbytes, 2 if op in ("send", "recv") else n).gpu_us
         with _lock:
@@ -96,12 +124,38 @@ class Recorder:
             c["collectives"] += 1
             c["comm_bytes"] += nbytes
             c["comm_us"] += us
+            start = max(self.clock, self.comm_clock.get(group, 0.0))
+            self.comm_clock[group] = end = start + us
+            if self.trace:
+                track = self.group_names.setdefault(group, f"nccl: group {len(self.group_names)} of {n}")
+                self._event(track, f"{op} {nbytes} B", start, us)
+        return end
+
+    def waited(self, end: float) -> None:
+        """The program waits for a collective that ends at `end`: on the default stream, compute waits."""
+        from simgpu.cuda_sim import devices
+
+        if devices.initialized() and devices.stream_key(devices.current()) != 0:
+            return  # a side stream waits (FSDP's): the compute stream goes on until it waits on an event
+        with _lock:
+            if end > self.clock:
+                self.current["exposed_wait_us"] += end - self.clock
+                if self.trace:
+                    self._event(_COMPUTE_TRACK, "wait for collective", self.clock, end - self.clock)
+                self.clock = end
 
     def step(self) -> None:
         """An optimizer step returned: what was recorded since the last one is one training step."""
         with _lock:
-            self.steps.append(self.current)
+            end = max(self.clock, *self.comm_clock.values()) if self.comm_clock else self.clock
+            c = self.current
+            c["step_us"] = end - self.step_start
+            c["exposed_comm_us"] = max(c["step_us"] - c["compute_us"], 0.0)
+            if self.trace:
+                self._event("steps", f"step {len(self.steps)}", self.step_start, c["step_us"])
+            self.steps.append(c)
             self.current = self._empty()
+            self.clock = self.step_start = end
 
     def document(self) -> dict:
         from simgpu.cuda_sim import devices
@@ -113,7 +167,19 @@ class Recorder:
                                   "capacity": m.capacity}
         return {"pid": os.getpid(), "rank": _rank(), "world_size": _world(), "gpu": self.gpu.name,
                 "steps": self.steps, "after_last_step": self.current, "memory": memory, "unpriced": self.unpriced,
-                "communicators": len(self.groups)}
+                "communicators": len(self.groups),
+                **({"events": self.events, "events_dropped": self.events_dropped} if self.trace else {})}
+
+
+_COMPUTE_TRACK = "stream 0 (compute)"
+
+
+def _stream_track() -> str:
+    """The trace track of the current stream of the current simulated GPU."""
+    from simgpu.cuda_sim import devices
+
+    key = devices.stream_key(devices.current()) if devices.initialized() else 0
+    return _COMPUTE_TRACK if key == 0 else f"stream {key:#x}"
 
 
 RECORDER: Recorder | None = None
@@ -209,6 +275,46 @@ def _read_zero(func: Any, args: tuple, kwargs: dict) -> Any:
     return func(*args, **kwargs)
 
 
+_FUNCTIONAL = ("all_reduce", "all_reduce_", "all_reduce_coalesced", "all_reduce_coalesced_", "all_gather_into_tensor",
+               "all_gather_into_tensor_coalesced", "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced",
+               "all_to_all_single", "broadcast", "broadcast_", "isend", "irecv", "batch_p2p_ops", "wait_tensor",
+               "_wrap_tensor_autograd")
+
+
+def _functional_collectives_run_for_real() -> None:
+    """torch's functional collectives (`_c10d_functional`: DTensor's redistributions, TP's all-reduces)
+    have Meta kernels that make an output and issue nothing; a plan, whose tensors are meta, would run
+    those: no collective reached the process group (TP's were neither checked across ranks nor priced),
+    and `wait_tensor` and `_wrap_tensor_autograd` (an AsyncCollectiveTensor around the same storage) each
+    made a second buffer of the output's size (+512 MiB reserved under TP's vocabulary all-gather at
+    step_reference's small size). A plan runs the kernels a GPU runs instead (CompositeExplicitAutograd:
+    C++ that calls the process group), as a run with data does."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return
+    import torch.distributed._functional_collectives  # noqa: F401 - defines the Python-side ops
+    from simgpu.cuda_sim import placement
+
+    key = torch._C.DispatchKey.CompositeExplicitAutograd
+    for name in _FUNCTIONAL:
+        packet = getattr(torch.ops._c10d_functional, name, None) if hasattr(torch.ops, "_c10d_functional") else None
+        overload = getattr(packet, "default", None) if packet is not None else None
+        if overload is None or placement.has_special(packet) or not torch._C._dispatch_has_kernel_for_dispatch_key(
+                overload.name(), "CompositeExplicitAutograd"):
+            continue
+        placement.special(packet, functools.partial(_run_for_real, overload, key))
+
+
+def _run_for_real(overload: Any, key: Any, run: Any, args: tuple, kwargs: dict) -> Any:
+    """A functional collective's GPU kernel on storage-less tensors; what it makes goes on their GPU."""
+    from simgpu.cuda_sim import placement
+
+    out = overload._op_dk(key, *args, **kwargs)
+    target = placement.gpu_of_call(args, kwargs)
+    return out if target is None else placement.label(out, target)
+
+
 def install() -> None:
     """Make this process's simulated GPUs storage-less and record the plan (SIMGPU_PLAN names the GPU)."""
     global RECORDER, _installed
@@ -220,6 +326,7 @@ def install() -> None:
     RECORDER = Recorder(gpu_name)
     placement.make_storage_less(RECORDER.op)
     placement.special(_aten._local_scalar_dense, _read_zero)
+    _functional_collectives_run_for_real()
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     register_optimizer_step_post_hook(lambda *_: RECORDER.step())
@@ -251,8 +358,8 @@ def _median(values: list[float]) -> float:
 
 
 def summarize(plans: Sequence[dict]) -> list[dict]:
-    """Per rank: peak memory (allocator + context + NCCL), and the median step's compute/comm time (the
-    first step left out when there are several: it includes start-up work)."""
+    """Per rank: peak memory (allocator + context + NCCL), and the median step's compute, exposed
+    communication and time (the first step left out when there are several: it includes start-up work)."""
     from simgpu.cuda_sim import gpu_specs
 
     rows = []
@@ -261,13 +368,14 @@ def summarize(plans: Sequence[dict]) -> list[dict]:
         steps = plan["steps"][1:] if len(plan["steps"]) > 1 else plan["steps"]
         compute = _median([s["compute_us"] for s in steps])
         comm = _median([s["comm_us"] for s in steps])
+        step = _median([s.get("step_us", s["compute_us"] + s["comm_us"]) for s in steps])
         for index, mem in sorted(plan["memory"].items()):
             rows.append({"rank": plan["rank"], "gpu_index": int(index), "steps": len(plan["steps"]),
                          "max_allocated": mem["max_allocated"], "max_reserved": mem["max_reserved"],
                          "device_total": mem["max_reserved"] + gpu.context_bytes
                          + gpu.nccl_bytes_per_comm * max(1, plan.get("communicators", 1)),
-                         "compute_us": compute, "comm_us": comm, "serial_us": compute + comm,
-                         "overlapped_us": max(compute, comm)})
+                         "compute_us": compute, "comm_us": comm, "step_us": step,
+                         "exposed_comm_us": max(step - compute, 0.0)})
     return rows
 
 
@@ -280,13 +388,76 @@ def summary_lines(plans: Sequence[dict], gpu_name: str) -> list[str]:
     lines = [f"simgpu plan for {gpu.description}: per GPU, peak memory (caching allocator model) and one step "
              f"(median over steps after the first; a step ends at optimizer.step())",
              f"{'rank':>4} {'gpu':>3} {'alloc GiB':>9} {'reserved':>9} {'+ctx+NCCL':>9} {'steps':>5} "
-             f"{'compute ms':>10} {'comm ms':>8} {'step ms (overlapped .. serial)':>30}"]
+             f"{'compute ms':>10} {'comm ms':>8} {'exposed comm ms':>15} {'step ms':>8}"]
     for r in summarize(plans):
         lines.append(f"{r['rank']:>4} {r['gpu_index']:>3} {r['max_allocated'] / gib:>9.2f} {r['max_reserved'] / gib:>9.2f} "
                      f"{r['device_total'] / gib:>9.2f} {r['steps']:>5} {r['compute_us'] / 1e3:>10.2f} "
-                     f"{r['comm_us'] / 1e3:>8.2f} {r['overlapped_us'] / 1e3:>13.2f} .. {r['serial_us'] / 1e3:<.2f}")
+                     f"{r['comm_us'] / 1e3:>8.2f} {r['exposed_comm_us'] / 1e3:>15.2f} {r['step_us'] / 1e3:>8.2f}")
+    classes = equal_ranks(plans)
+    if len(plans) > 1:
+        lines.append("ranks alike (the same ops, FLOPs, bytes and collectives every step, the same peaks): "
+                     + "; ".join(_ranges(ranks) for ranks in classes))
     lines.append(f"(+ctx+NCCL adds the CUDA context, {gpu.context_bytes >> 20} MiB, and {gpu.nccl_bytes_per_comm >> 20} MiB "
                  f"of NCCL buffers per communicator the rank used, as measured on 4x H200; rates: "
                  f"{'measured, ' + gpu.source if gpu.calibrated else 'datasheet x derating, uncalibrated'}; "
-                 f"communication: cost model preset {gpu.comm_machine})")
+                 f"communication: cost model preset {gpu.comm_machine}; collectives overlap compute until the "
+                 f"default stream waits for them, pipeline bubbles and host launch time are not modelled)")
     return lines
+
+
+_STEP_KEYS = ("ops", "flops", "bytes", "collectives", "comm_bytes")
+
+
+def equal_ranks(plans: Sequence[dict]) -> list[list[int]]:
+    """The ranks grouped by what they did: every step's op, FLOP, byte and collective counts and the
+    allocator's peaks. Ranks of one group are alike as far as a plan can tell (the first step towards
+    running one process per role)."""
+    groups: dict[tuple, list[int]] = {}
+    for plan in plans:
+        steps = [*plan["steps"], plan["after_last_step"]]
+        signature = (tuple(tuple(step.get(k, 0) for k in _STEP_KEYS) for step in steps),
+                     tuple((m["max_allocated"], m["max_reserved"]) for _, m in sorted(plan["memory"].items())))
+        groups.setdefault(signature, []).append(plan["rank"])
+    return sorted(sorted(ranks) for ranks in groups.values())
+
+
+def _ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2, 5"."""
+    parts: list[str] = []
+    start = previous = ranks[0]
+    for rank in [*ranks[1:], None]:
+        if rank is not None and rank == previous + 1:
+            previous = rank
+            continue
+        parts.append(str(start) if start == previous else f"{start}-{previous}")
+        if rank is not None:
+            start = previous = rank
+    return ", ".join(parts)
+
+
+def trace_document(plans: Sequence[dict]) -> dict:
+    """The ranks' timelines as Chrome trace JSON (chrome://tracing, ui.perfetto.dev): a process per
+    simulated GPU (its rank), a thread per stream or NCCL group, complete ("X") events in microseconds."""
+    events: list[dict] = []
+    for plan in sorted(plans, key=lambda p: (p.get("rank", -1), p["pid"])):
+        pid = plan["rank"] if plan["rank"] >= 0 else plan["pid"]
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                       "args": {"name": f"rank {plan['rank']} ({plan['gpu']})"}})
+        tracks: dict[str, int] = {}
+        for track, name, start, duration in plan.get("events", ()):
+            tid = tracks.get(track)
+            if tid is None:
+                tid = tracks[track] = len(tracks)
+                events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": track}})
+            events.append({"ph": "X", "name": name, "cat": track.split(" ")[0].rstrip(":"), "pid": pid, "tid": tid,
+                           "ts": start, "dur": duration})
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"simgpu": "plan timeline (docs/plan-mode.md)",
+                          "events_dropped": sum(p.get("events_dropped", 0) for p in plans)}}
+
+
+def write_trace(plans: Sequence[dict], path: str | Path) -> int:
+    """Write trace_document(plans) to `path`; returns how many timed events it holds."""
+    document = trace_document(plans)
+    Path(path).write_text(json.dumps(document))
+    return sum(1 for e in document["traceEvents"] if e["ph"] == "X")
