@@ -25,6 +25,7 @@ OUTSIDE = {  # options of programs this repository does not contain, where the d
     "--lr", "--epochs",  # a user's train.py, in `simgpu run --gpus 2 train.py --lr 0.1`
     "--dummy",  # pytorch/examples' imagenet main.py, among the public programs tried
     "--junitxml",  # pytest's alias of --junit-xml, which its --help does not list
+    "--native", "--threads", "--subprocesses",  # py-spy record, in the overhead profile (simgpu-run.md)
 }
 # Pages about a user's own pytest run: no suite options, only the project's own `--backend`, named as
 # the option simgpu leaves alone.

@@ -26,6 +26,7 @@ gathered = fc.all_gather_tensor(x, 0, dist.group.WORLD)
 gathered = gathered.wait() if isinstance(gathered, fc.AsyncCollectiveTensor) else gathered
 reduced = fc.all_reduce(torch.ones(4, device="cuda"), "sum", dist.group.WORLD)
 reduced = reduced.wait() if isinstance(reduced, fc.AsyncCollectiveTensor) else reduced
-print(json.dumps({"rank": dist.get_rank(), "left_after_all_reduce": left,
-                  "all_gather_peak": torch.cuda.max_memory_allocated() - before, "gathered": gathered.numel()}))
+line = json.dumps({"rank": dist.get_rank(), "left_after_all_reduce": left,
+                   "all_gather_peak": torch.cuda.max_memory_allocated() - before, "gathered": gathered.numel()})
+os.write(1, (line + "\n").encode())  # one write: the two ranks' lines do not interleave (print's can)
 dist.destroy_process_group()
