@@ -259,7 +259,11 @@ class AttachedRanks:
 
         def cut_off() -> None:
             expired.set()
-            with socket.socket(fileno=os.dup(conn.fileno())) as s:
+            try:
+                s = socket.socket(fileno=os.dup(conn.fileno()))
+            except OSError:  # the handshake ended and closed the connection as the timer fired: nothing to cut
+                return
+            with s:
                 try:
                     s.shutdown(socket.SHUT_RDWR)
                 except OSError:
