@@ -194,3 +194,28 @@ def test_a_free_from_inside_an_allocation_waits_for_it_instead_of_deadlocking() 
     assert done, "allocate never returned: the free from inside it deadlocked"
     assert not victim.allocated and gpu.total_allocated() == 30 * MIB
     assert gpu.stats()["allocation.all.current"] == 1
+
+
+def test_a_free_from_inside_empty_cache_waits_for_it_instead_of_deadlocking() -> None:
+    """The same for empty_cache: a finalizer run while it gives segments back (it used to clear its holder
+    mark before doing so, so such a free took the lock again and hung)."""
+    import threading
+
+    gpu = memory.DeviceMemory(0, 80 << 30)
+    victim = gpu.allocate(4 * MIB)
+    cached = gpu.allocate(30 * MIB)
+    gpu.free(cached, 30 * MIB)
+    release = gpu._release_cached
+
+    def finalizer_runs_meanwhile() -> None:
+        gpu.free(victim, 4 * MIB)
+        assert victim.allocated
+        release()
+
+    gpu._release_cached = finalizer_runs_meanwhile
+    done: list = []
+    worker = threading.Thread(target=lambda: done.append(gpu.empty_cache()), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert done, "empty_cache never returned: the free from inside it deadlocked"
+    assert not victim.allocated and gpu.total_allocated() == 0

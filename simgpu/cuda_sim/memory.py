@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+from typing import Any, Callable
 
 import torch
 
@@ -190,11 +191,15 @@ class DeviceMemory:
         size = round_size(nbytes)
         if size == 0:
             return None
-        pool = 0 if size <= SMALL_SIZE else 1
+        return self._locked(self._allocate, nbytes, size, 0 if size <= SMALL_SIZE else 1, stream)
+
+    def _locked(self, work: Callable[..., Any], *args: Any) -> Any:
+        """work(*args) under the lock, with this thread marked as its holder: a free that the garbage collector
+        runs meanwhile on this thread is deferred (see free), and done before the lock is given back."""
         with self._lock:
             self._holder = threading.get_ident()
             try:
-                return self._allocate(nbytes, size, pool, stream)
+                return work(*args)
             finally:
                 self._run_deferred()
 
@@ -253,12 +258,7 @@ class DeviceMemory:
             # again here would never be given).
             self._deferred.append((block, nbytes))
             return
-        with self._lock:
-            self._holder = threading.get_ident()
-            try:
-                self._free(block, nbytes)
-            finally:
-                self._run_deferred()
+        self._locked(self._free, block, nbytes)
 
     def _run_deferred(self) -> None:
         """The frees that came in during this thread's allocate or free; then the lock is nobody's."""
@@ -306,13 +306,7 @@ class DeviceMemory:
 
     def empty_cache(self) -> None:
         """torch.cuda.empty_cache: give back every segment that is one free block (release_cached_blocks)."""
-        with self._lock:
-            self._holder = threading.get_ident()
-            try:
-                self._run_deferred()
-                self._release_cached()
-            finally:
-                self._run_deferred()
+        self._locked(self._release_cached)
 
     def _release_cached(self) -> None:
         self.stream_syncs += 1
