@@ -125,12 +125,18 @@ _PYTHON_API = os.path.join("torch", "distributed", "distributed_c10d.py")
 _OP_CALL = os.path.join("torch", "_ops.py")
 
 
-def _waited_by_python() -> bool:
-    """Whether wait() was called by Python code (outside simgpu) that holds the work, rather than from C++
-    (DDP's reducer waits in backward, then reads the result): the calling frame's code calls a `wait`."""
+def _first_caller_outside_simgpu() -> Any:
+    """The innermost frame of the program or of torch that led here (None: called from C++ alone)."""
     frame = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename.startswith(_SIMGPU_DIR):
         frame = frame.f_back
+    return frame
+
+
+def _waited_by_python() -> bool:
+    """Whether wait() was called by Python code (outside simgpu) that holds the work, rather than from C++
+    (DDP's reducer waits in backward, then reads the result): the calling frame's code calls a `wait`."""
+    frame = _first_caller_outside_simgpu()
     return frame is not None and "wait" in frame.f_code.co_names
 
 
@@ -139,9 +145,7 @@ def _dropped_once_waited() -> bool:
     async_op=False (it waits and drops the work), or a functional collective's op (its C++ registry waits
     in wait_tensor and drops it). Read from the first caller outside simgpu; anything else (a handle given
     to the program, which may hand it to C++ as DDP's forward does; DDP's reducer in C++) may be read."""
-    frame = sys._getframe(2)
-    while frame is not None and frame.f_code.co_filename.startswith(_SIMGPU_DIR):
-        frame = frame.f_back
+    frame = _first_caller_outside_simgpu()
     if frame is not None and frame.f_code.co_filename.endswith(_OP_CALL):
         return True
     while frame is not None and frame.f_code.co_filename.endswith(_PYTHON_API):  # the API and its helpers
