@@ -1002,7 +1002,8 @@ class SimProcessGroup(PythonGroupNames, dist.ProcessGroup):
             deferred = self._sender(dst).submit(posted, lambda: self._send_sized(posted, payload, dst, wire_tag))
             inner = _SendHandle(deferred, None if eager else
                                 lambda: self._pairs.await_recv(dst, posted["site"], deferred.settled,
-                                                               lambda: posted.update(abandoned=True)))
+                                                               lambda: posted.update(abandoned=True),
+                                                               self._p2p.peer_key(posted)))
         work = SimWork(inner, [t], lambda: self._p2p.verify(posted))
         work.what = _p2p_what("send", dst, t, posted)
         self._batched(work)

@@ -69,7 +69,7 @@ class P2PChecker:
     def await_peer(self, mine: dict, timeout: float) -> None:
         """Wait (polling, up to `timeout` seconds) until the peer has posted its side of this message, and
         remember its descriptor (expected_bytes); RuntimeError naming the call if it never does."""
-        key = self._peer_key(mine)
+        key = self.peer_key(mine)
         store = self.strict.store
         deadline = time.monotonic() + timeout
         pause = 0.0002
@@ -91,14 +91,15 @@ class P2PChecker:
         theirs = mine.get("theirs")
         return None if theirs is None else theirs.get("nbytes")
 
-    def _peer_key(self, mine: dict) -> str:
+    def peer_key(self, mine: dict) -> str:
+        """The store key of the other side's descriptor of this message (present once it has posted)."""
         return f"{mine['base']}/{'recv' if mine['role'] == 'send' else 'send'}"
 
     def verify(self, mine: dict | None) -> None:
         """When the message completed: compare with the peer's descriptor; P2PMismatch if they disagree."""
         if mine is None:
             return
-        key = self._peer_key(mine)
+        key = self.peer_key(mine)
         store = self.strict.store
         theirs = mine.get("theirs")
         if theirs is None:

@@ -123,15 +123,19 @@ class PairRendezvous:
         """Whether a send of nbytes completes without its recv (EAGER_SEND_BYTES, a recorded NCCL finding)."""
         return EAGER_SEND_BYTES is not None and nbytes <= EAGER_SEND_BYTES
 
-    def await_recv(self, peer: int, site: str, settled: Callable[[float], bool], abandon: Callable[[], None]) -> None:
+    def await_recv(self, peer: int, site: str, settled: Callable[[float], bool], abandon: Callable[[], None],
+                   recv_key: str | None = None) -> None:
         """A send to `peer` is waited for and its recv is not posted: mark this rank blocked on the peer
         while it waits, and raise P2PDeadlock when the blocked ranks form a cycle back here (two ranks that
         both send first; a ring of blocking sends), the same detection as first calls' (see _cycle).
-        settled(timeout) says whether the send has started; abandon() gives it up (P2PDeadlock)."""
+        settled(timeout) says whether the send has started; abandon() gives it up (P2PDeadlock).
+        recv_key: the store key the peer's recv for this send posts (simgpu.p2p_check): while it exists
+        the record is stale, whatever the time, so a rank descheduled between its send starting and its
+        record being cleared (64 ranks on 2 loaded cores) makes no false cycle."""
         if settled(_BLOCKED_GRACE_S) or not strict.enabled():
             return
         key = self._key("blocked", self.rank)
-        text = f"{peer}|send|{site}"
+        text = f"{peer}|send{'@' + recv_key if recv_key else ''}|{site}"
         self.store.set(key, self._signer.seal(key, text) if self._signer is not None else text)
         pause = 0.005
         while not settled(pause):
@@ -186,6 +190,9 @@ class PairRendezvous:
         if self._signer is not None:
             text = self._signer.verified(key, text)
         peer, op, site = text.split("|", 2)
+        op, _, recv_key = op.partition("@")
+        if recv_key and self.store.check([recv_key]):
+            return None  # the send's recv is posted: its rank is no longer blocked (await_recv)
         return int(peer), op, site
 
     def _cycle(self) -> list[tuple[int, int, str, str]] | None:

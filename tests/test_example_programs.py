@@ -88,16 +88,30 @@ def simgpu_run(n: int, *args: str, timeout: float = TIMEOUT) -> subprocess.Compl
     return run_bounded(cmd, timeout, cwd=ROOT, env=env)
 
 
+_SECONDARY = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+
+
 def decisive(stderr: str, keep: int = 30) -> str:
-    """The end of the first failing rank's traceback (torchrun prefixes each worker's lines with
-    [rankN]:), else the end of stderr."""
+    """The end of the failing rank's traceback (torchrun prefixes each worker's lines with [rankN]:): the
+    first rank to print a traceback that is not a consequence of another rank's exit (gloo's "Connection
+    closed by peer"), else the first to print one; then torchrun's root-cause block (exit code or signal
+    of a rank that died without a traceback). With no rank lines, the end of stderr."""
     lines = stderr.splitlines()
+    by_rank: dict[str, list[str]] = {}
+    order: list[str] = []
     for line in lines:
-        m = re.match(r"(\[rank\d+\]:) (\w+(\.\w+)*(Error|Exception)\b.*)", line)
+        m = re.match(r"(\[rank\d+\]:)", line)
         if m:
-            own = [l for l in lines if l.startswith(m[1])]
-            return "\n".join(own[-keep:])
-    return "\n".join(lines[-keep:])
+            by_rank.setdefault(m[1], []).append(line)
+            if "Traceback (most recent call last)" in line and m[1] not in order:
+                order.append(m[1])
+    primary = [r for r in order if not any(s in l for l in by_rank[r] for s in _SECONDARY)]
+    chosen = (primary or order or [None])[0]
+    own = by_rank[chosen][-keep:] if chosen else lines[-keep:]
+    root = next((i for i, l in enumerate(lines) if "Root Cause (first observed failure)" in l), None)
+    if root is not None:
+        own += ["", "torchrun:"] + [l for l in lines[root:root + 12] if l.strip()]
+    return "\n".join(own)
 
 
 def launch(n: int, name: str, *args: str, torchrun: bool = False, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:

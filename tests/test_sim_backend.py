@@ -825,3 +825,22 @@ def test_a_recreated_group_starts_with_no_pair_communicators():
     assert not again[1]._arrived_from(0)
     again[0]._mark_arrived(1)
     assert again[1]._arrived_from(0)
+
+
+def test_a_send_record_whose_recv_is_posted_makes_no_cycle():
+    """A rank descheduled between its send starting (the peer's recv posted) and clearing its "blocked"
+    record must not make a cycle with a peer that now sends back: on 64 ranks over 2 loaded cores the
+    stale record outlived the 0.1 s confirmation and raised a false P2PDeadlock. The record names the
+    recv's key; once that key exists the edge is gone, whatever the time."""
+    from simgpu.p2p_pairs import PairRendezvous
+
+    store = dist.HashStore()
+    ranks = [PairRendezvous(store, r) for r in (0, 1)]
+    recv_of_0 = "simgpu/p2p-check/0->1/0/1/recv"
+    recv_of_1 = "simgpu/p2p-check/1->0/0/1/recv"
+    for me, peer, recv_key in ((0, 1, recv_of_0), (1, 0, recv_of_1)):
+        key = ranks[me]._key("blocked", me)
+        store.set(key, f"{peer}|send@{recv_key}|site.py:{me}")
+    assert ranks[1]._cycle() is not None  # both sends wait for recvs nobody posted: the deadlock
+    store.set(recv_of_0, "posted")        # rank 1 posted its recv from 0: rank 0's record is stale
+    assert ranks[1]._cycle() is None and ranks[0]._cycle() is None
