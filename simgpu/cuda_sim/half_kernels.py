@@ -36,7 +36,6 @@ CUDA_ONLY_DTYPES: dict[Any, frozenset[torch.dtype]] = {
                     "multilabel_margin_loss_backward", "avg_pool3d", "avg_pool3d_backward",
                     "_upsample_bilinear2d_aa", "_upsample_bilinear2d_aa_backward") if hasattr(aten, name)},
     aten.abs: frozenset({torch.bool}),
-    aten.trace: frozenset({torch.bool, torch.float16, torch.bfloat16, torch.complex32}),  # bf16: the host lacks it on torch 2.11
     aten.histc: _INTS,
 }
 _COMPLEX = frozenset({torch.complex32, torch.complex64, torch.complex128})
@@ -103,6 +102,80 @@ def _formula_handler(dtypes: frozenset[torch.dtype],
     return handle
 
 
+def _trace(run_op: Callable, args: tuple, kwargs: dict) -> Any:
+    """CUDA's trace kernel is `self.diagonal().sum()` (TriangularOps.cu), the host's a loop of its own: on a
+    simulated GPU it is CUDA's formula, so every dtype CUDA's sum takes works (bool, half, complex32: the
+    host's trace refuses them), and under CUDA autocast the inner sum meets autocast as on CUDA (sum is in
+    its fp32 list: a half-precision trace gives float32 there)."""
+    from simgpu.cuda_sim import autocast, placement
+
+    index = placement.gpu_of(placement.tensors_of(args, kwargs))
+    if index is None or kwargs:
+        return run_op(*args, **kwargs)
+    if args[0].dim() != 2:
+        raise RuntimeError("expected a matrix")  # trace_cuda's check
+    with placement.PlacementMode():
+        if autocast.enabled_here():
+            with autocast.inner_ops_cast():
+                return aten.sum.default(aten.diagonal.default(args[0]))
+        return aten.sum.default(aten.diagonal.default(args[0]))
+
+
+def _integer_remainder(run_op: Callable, args: tuple, kwargs: dict) -> Any:
+    """remainder/fmod of integers by zero: the host raises ZeroDivisionError, CUDA's kernel divides (an integer
+    division by zero does not trap on a GPU: the quotient is all ones, so the remainder a - q * 0 is a, and
+    remainder's sign fix-up adds the zero divisor). On a simulated GPU the result there is the dividend."""
+    from simgpu.cuda_sim import placement
+
+    index = placement.gpu_of(placement.tensors_of(args, kwargs))
+    if index is None or kwargs or len(args) != 2:
+        return run_op(*args, **kwargs)
+    dividend, divisor = args
+    dtype = torch.result_type(dividend, divisor)
+    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        return placement.label(run_op(*args), index)
+    zero = divisor == 0 if isinstance(divisor, torch.Tensor) else torch.tensor(divisor == 0)
+    if not bool(zero.any()):
+        return placement.label(run_op(*args), index)
+    safe = torch.where(zero, torch.ones((), dtype=divisor.dtype), divisor) if isinstance(divisor, torch.Tensor) else 1
+    kept = torch.as_tensor(dividend).to(dtype)
+    return placement.label(torch.where(zero, kept, run_op(dividend, safe)).to(dtype), index)
+
+
+def _rrelu_with_noise(run_op: Callable, args: tuple, kwargs: dict) -> Any:
+    """rrelu_with_noise on a simulated GPU: its noise drawn from the GPU's generator (as CUDA draws it), and in
+    float16, which the host lacks ("rrelu_with_noise_out_cpu" not implemented for 'Half'), computed in float32:
+    the noise, which the op writes in place, is copied back rounded, the output rounded once."""
+    from simgpu.cuda_sim import generators, placement
+
+    index = placement.gpu_of(placement.tensors_of(args, kwargs))
+    if index is None or "out" in kwargs:
+        return run_op(*args, **kwargs)
+    names = ("self", "noise", "lower", "upper", "training", "generator")
+    bound = {**dict(zip(names, args)), **kwargs}
+    x, noise = bound.pop("self"), bound.pop("noise")
+    wide = x.dtype == torch.float16
+    x_run, noise_run = (x.float(), noise.float()) if wide else (x, noise)
+    stream = generators.stream_for(bound.get("generator"), index)
+    if stream is None:
+        out = run_op(x_run, noise_run, **bound)
+    else:
+        out = stream.run(lambda g: run_op(x_run, noise_run, **{**bound, "generator": g}))
+    if wide:
+        noise.copy_(noise_run)
+        out = out.to(x.dtype)
+    return placement.label(out, index)
+
+
+# op packet -> a handler of its own (CUDA's formula where the host's kernel differs or refuses)
+HANDLERS: dict[Any, Callable[[Callable, tuple, dict], Any]] = {
+    aten.trace: _trace,
+    aten.remainder: _integer_remainder,
+    aten.fmod: _integer_remainder,
+    aten.rrelu_with_noise: _rrelu_with_noise,
+}
+
+
 def install() -> None:
     """Hand the listed ops to placement.py with the widening handler, or CUDA's formula."""
     from simgpu.cuda_sim import placement
@@ -111,3 +184,5 @@ def install() -> None:
         placement.special(packet, _handler(dtypes))
     for packet, (dtypes, formula) in CUDA_FORMULAS.items():
         placement.special(packet, _formula_handler(dtypes, formula))
+    for packet, handler in HANDLERS.items():
+        placement.special(packet, handler)
