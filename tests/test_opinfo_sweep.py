@@ -99,3 +99,52 @@ def test_the_host_copy_gives_gradients_where_the_sample_does() -> None:
     connected = SampleInput(torch.ones(3, requires_grad=True) * 2, kwargs={"w": torch.ones(2, requires_grad=True)})
     copy = host_copy(connected)
     assert all(t.requires_grad and gradient_reaches(t) for t in (copy.input, copy.kwargs["w"]))
+
+
+def test_outputs_whose_dtype_or_shape_is_cudas_own() -> None:
+    """Half-precision layer norm keeps its statistics in float32 on CUDA (the host in float16), batch norm in
+    evaluation returns them where the host returns empty tensors: the record's dtype and shape are accepted,
+    the values compared in the host's dtype where the shapes agree; anything else still fails."""
+    from tests.simulated_device.opinfo_sweep import compare
+
+    out, mean = torch.randn(4, 6, dtype=torch.float16), torch.randn(4, 1)
+    host = (out.clone(), mean.half())
+    record = [["cpu", "float16", [4, 6]], ["cpu", "float32", [4, 1]]]
+    assert compare((out, mean), host, None, values=True) is not None
+    assert compare((out, mean), host, None, values=True, cuda=record) is None
+    assert compare((out, mean + 1), host, None, values=True, cuda=record) is not None
+    assert compare((out, torch.zeros(3)), (out, torch.zeros(0)), None, True, [record[0], ["cpu", "float32", [3]]]) is None
+    assert compare((out, torch.zeros(3)), (out, torch.zeros(0)), None, True, [record[0], ["cpu", "float32", [2]]]) \
+        is not None
+    batched = (out.expand(2, 4, 6), mean.expand(2, 4, 1))
+    assert compare(batched, (out.expand(2, 4, 6), mean.half().expand(2, 4, 1)), None, True, record, batched=True) is None
+
+
+def test_half_samples_may_match_the_float32_computation_rounded_once() -> None:
+    """CUDA computes half-precision ops in float32 and rounds once; where the host rounds its intermediates
+    (layer norm's statistics) the two differ, and the simulation, computing as CUDA does, is right."""
+    from torch.testing._internal.common_methods_invocations import SampleInput
+
+    from tests.simulated_device.opinfo_sweep import as_cuda_computes
+
+    x = torch.tensor([1.0, 1.0009765625, 1.001953125], dtype=torch.float16) * 300
+    sample = SampleInput(x, args=([3], None, None, 1e-5))
+    run = lambda s: torch.ops.aten.native_layer_norm(s.input, *s.args)  # noqa: E731
+    wide = [t.to(torch.float16) if i == 0 else t for i, t in enumerate(run(SampleInput(x.float(), args=sample.args)))]
+    assert as_cuda_computes("differs from the host", sample, wide, run, None) is None
+    assert as_cuda_computes("differs from the host", sample, [wide[0] + 1, *wide[1:]], run, None) is not None
+    assert as_cuda_computes("differs", SampleInput(x.float(), args=sample.args), wide, run, None) == "differs"
+
+
+def test_record_entries_are_matched_on_the_samples_options() -> None:
+    """meshgrid's samples differ only in indexing= and come in the order of a set of strings (hash-seeded): a
+    record entry that keeps the options ("k") is used only for the sample it was made from."""
+    from torch.testing._internal.common_methods_invocations import SampleInput
+
+    from tests.simulated_device.opinfo_sweep import options, same_sample, signature
+
+    xy, ij = (SampleInput([torch.ones(3), torch.ones(())], indexing=i) for i in ("xy", "ij"))
+    assert signature(xy) == signature(ij) and options(xy) != options(ij)
+    entry = {"s": signature(xy), "k": options(xy)}
+    assert same_sample(entry, xy) and not same_sample(entry, ij)
+    assert same_sample({"s": signature(xy)}, ij)  # records made before options were kept

@@ -267,10 +267,9 @@ def host_copy(s: Any) -> Any:
     def to_host(t: Any) -> Any:
         if not isinstance(t, torch.Tensor):
             return t
-        copy = _with_its_storage(t.detach())
         if t.requires_grad and not gradient_reaches(t):
-            return _unreachable(copy)
-        return copy.requires_grad_(t.requires_grad)
+            return _unreachable(t.detach().cpu())  # made as its own base: a fresh copy
+        return _with_its_storage(t.detach()).requires_grad_(t.requires_grad)
 
     copy = s.transform(to_host)
     copy.args = tuple(_host_device(a) for a in copy.args)
