@@ -57,13 +57,27 @@ EXPLAINED: dict[tuple[str, str, str], str] = {
         "indexing in about half its processes, and that record keeps no sample options to tell them apart "
         "(records made since keep them, 'k', and are matched on them); simulated and host outputs agree")
        for variant in ("variadic_tensors", "list_of_tensors")},
+    **{("nn.functional.scaled_dot_product_attention", "", check): (
+        "the simulation runs the kernel CUDA picks (the memory-efficient kernel's formula: attention_kernels.py), "
+        "the host its math kernel: other summation orders. Seen on one sample (24: a float attn_mask that "
+        "requires grad), whose float32 gradients are 4e-5 from float64's at magnitude 12-17 (the host's 1e-5), "
+        "outside assert_close's float32 default (1e-5 + 1.3e-6 relative), and one bfloat16 output element")
+       for check in ("values", "backward")},
     **{(name, "*", check): _JITERATOR
        for name in ("jiterator_unary", "jiterator_binary", "jiterator_binary_return_by_ref",
                     "jiterator_2inputs_2outputs", "jiterator_4inputs_with_extra_args")
        for check in ("cuda", "autocast")},
 }
 
-OPEN: dict[tuple[str, str, str], str] = {}
+OPEN: dict[tuple[str, str, str], str] = {
+    ("nn.functional.rms_norm", "", "autocast"): (
+        "found by the every-sample sweep on a GPU box (torch 2.11+cu130): from torch 2.13 on, rms_norm is in CUDA "
+        "autocast's fp32 list (autocast.py's table, held to the installed torch by "
+        "test_autocast_table_is_the_installed_torchs), so there the simulation's float32 is CUDA's and the "
+        "difference is the record's torch (2.11's CUDA rms_norm runs _fused_rms_norm in the input's dtype). On "
+        "torch 2.11 itself the simulation applies 2.13's list and decomposes rms_norm: autocast.py would need the "
+        "installed torch's lists and 2.11's fused path (not checked: no torch 2.11 here)"),
+}
 
 
 def explanation(name: str, variant: str, check: str) -> tuple[str, str] | None:
