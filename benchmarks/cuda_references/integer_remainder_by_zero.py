@@ -38,7 +38,7 @@ def main() -> None:
         torch.linalg.lu_factor(torch.tensor([[0.0, 1.0], [1.0, 0.0]], device="cuda"), pivot=False)
         out["lu_factor_zero_pivot"] = "no error"
     except RuntimeError as e:
-        out["lu_factor_zero_pivot"] = str(e).split(".")[0]
+        out["lu_factor_zero_pivot"] = str(e)[:60]
     x = torch.randn(4, 3, 5, device="cuda", dtype=torch.float16)
     rm, rv = torch.zeros(3, device="cuda", dtype=torch.float16), torch.ones(3, device="cuda", dtype=torch.float16)
     for training in (True, False):
