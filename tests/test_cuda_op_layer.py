@@ -10,3 +10,21 @@ def test_cuda_op_layer_on_simulated_gpus() -> None:
     done = simgpu_run(2, str(SCRIPTS / "cuda_op_layer.py"))
     assert done.returncode == 0, done.stdout + done.stderr[-5000:]
     assert "OK cuda_op_layer" in done.stdout
+
+
+def test_autocast_follows_the_installed_torchs_lists(monkeypatch) -> None:
+    """The autocast table is torch 2.13's lists; a torch whose CUDA autocast lacks an op (rms_norm before 2.13:
+    the every-sample sweep on torch 2.11 found it cast to float32 where CUDA kept the input's dtype) leaves it
+    alone, and a torch that registers none of them keeps the whole table."""
+    import torch
+
+    from simgpu.cuda_sim import autocast
+
+    real = torch._C._dispatch_has_kernel_for_dispatch_key
+    installed = autocast.installed_lists()
+    assert installed and installed <= set(autocast.table())  # torch 2.13 and 2.15: every listed op
+    monkeypatch.setattr(torch._C, "_dispatch_has_kernel_for_dispatch_key",
+                        lambda name, key: name != "aten::rms_norm" and real(name, key))
+    assert autocast.installed_lists() == installed - {"aten::rms_norm"}
+    monkeypatch.setattr(torch._C, "_dispatch_has_kernel_for_dispatch_key", lambda name, key: False)
+    assert autocast.installed_lists() is None

@@ -247,17 +247,34 @@ def _passing(hop: Any) -> Callable:
     return next_key
 
 
+def installed_lists() -> set[str] | None:
+    """The table's ops that the installed torch's CUDA autocast handles (its AutocastCUDA kernels, compiled
+    into the CPU wheel too), or None where it registers none of them (nothing to follow: the whole table).
+    The table is torch 2.13's lists; an older torch lacks some (rms_norm): CUDA does not cast those there."""
+    def registered(name: str) -> bool:
+        try:
+            return torch._C._dispatch_has_kernel_for_dispatch_key(name, "AutocastCUDA")
+        except RuntimeError:  # no such operator in this build
+            return False
+
+    found = {name for name in table() if registered(name)}
+    return found or None
+
+
 def install() -> None:
     """Register the table's kernels at the PreDispatch key and make the key follow CUDA's autocast state."""
     global _library
     if _library is not None:
         return
     _library = torch.library.Library("aten", "IMPL")  # noqa: TOR901 - kernels for aten's own ops
+    listed = installed_lists()
     for qualified, policy in table().items():
         name, _, overload = qualified.split("::")[1].partition(".")
         packet = getattr(torch.ops.aten, name, None)
         if packet is None or not hasattr(packet, overload or "default"):
             continue  # an op this build lacks (cudnn_* on some wheels): CUDA's list names it all the same
+        if listed is not None and qualified not in listed:
+            continue  # an older torch whose CUDA autocast leaves it alone (rms_norm before 2.13)
         _library.impl(qualified.split("::")[1], _kernel(getattr(packet, overload or "default"), policy), "PreDispatch")
     _original["set_autocast_enabled"] = torch.set_autocast_enabled
     _original["clear_autocast_cache"] = torch.clear_autocast_cache

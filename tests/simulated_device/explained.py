@@ -75,8 +75,9 @@ OPEN: dict[tuple[str, str, str], str] = {
         "autocast's fp32 list (autocast.py's table, held to the installed torch by "
         "test_autocast_table_is_the_installed_torchs), so there the simulation's float32 is CUDA's and the "
         "difference is the record's torch (2.11's CUDA rms_norm runs _fused_rms_norm in the input's dtype). On "
-        "torch 2.11 itself the simulation applies 2.13's list and decomposes rms_norm: autocast.py would need the "
-        "installed torch's lists and 2.11's fused path (not checked: no torch 2.11 here)"),
+        "torch 2.11 itself the simulation applied 2.13's list; it now follows the installed torch's lists "
+        "(autocast.installed_lists), but whether 2.11's host path then gives the input's dtype, as CUDA's fused "
+        "kernel does, is not checked: no torch 2.11 here"),
 }
 
 
