@@ -10,6 +10,9 @@ way, to uint8. nansum of complex inputs, which the host refuses ("nansum on CPU 
 inputs"), follows CUDA's reduction: NaN elements (a NaN real or imaginary part) count as zero.
 Only the (op, dtype) pairs listed, which CUDA runs (the OpInfo sweep's CUDA record says so), are handled:
 elsewhere the host's refusal stands, as CUDA's would. Host tensors are never widened.
+HANDLERS holds CUDA's formula for ops whose CUDA kernel answers otherwise than the host's: trace (CUDA's
+diagonal().sum(), which meets CUDA autocast's sum), integer remainder/fmod by zero (the dividend, where the
+host raises) and rrelu_with_noise (float16 computed wide, its noise from the GPU's generator).
 """
 from __future__ import annotations
 

@@ -77,15 +77,12 @@ def layer_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape: Any, 
     return tuple(None if g is None else g.to(dtype) for g, dtype in zip(grads, dtypes))
 
 
-def _no_reserve(input: Tensor) -> Tensor:  # noqa: A002 - cuDNN's workspace; none without cuDNN
+def _no_reserve() -> Tensor:
+    """_batch_norm_with_update's fourth output, cuDNN's workspace: empty without cuDNN (CUDA's record: uint8 (0,))."""
     return torch.empty(0, dtype=torch.uint8)
 
 
-# op packet -> (when CUDA's version differs from the host's, CUDA's version) for the functional overloads
-def _native_batch_norm(*args: Any) -> Any:
-    return batch_norm(*args)
-
-
+# CUDA's versions of the functional overloads, with their arguments as aten passes them
 def _legit(input: Tensor, weight: Any, bias: Any, *rest: Any) -> Any:  # noqa: A002
     if len(rest) == 3:  # .no_stats(input, weight, bias, training, momentum, eps)
         return batch_norm(input, weight, bias, None, None, *rest)
@@ -99,13 +96,13 @@ def _legit_no_training(input: Tensor, weight: Any, bias: Any, running_mean: Tens
 
 def _with_update(input: Tensor, weight: Any, bias: Any, running_mean: Tensor, running_var: Tensor,  # noqa: A002
                  momentum: float, eps: float) -> Any:
-    return (*batch_norm(input, weight, bias, running_mean, running_var, True, momentum, eps), _no_reserve(input))
+    return (*batch_norm(input, weight, bias, running_mean, running_var, True, momentum, eps), _no_reserve())
 
 
 def _no_update(input: Tensor, weight: Any, bias: Any, running_mean: Any, running_var: Any,  # noqa: A002
                momentum: float, eps: float) -> Any:
     training = running_mean is None
-    return (*batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps), _no_reserve(input))
+    return (*batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps), _no_reserve())
 
 
 def _in_evaluation(args: tuple, training_at: int | None) -> bool:
@@ -119,7 +116,7 @@ def _in_evaluation(args: tuple, training_at: int | None) -> bool:
 
 # packet -> (CUDA's version, the position of its `training` argument: None = always evaluation, -1 = never)
 FORWARD: dict[Any, tuple[Callable[..., Any], int | None]] = {
-    aten.native_batch_norm: (_native_batch_norm, 5),
+    aten.native_batch_norm: (batch_norm, 5),
     aten._native_batch_norm_legit: (_legit, 5),
     aten._native_batch_norm_legit_no_training: (_legit_no_training, None),
     aten._batch_norm_with_update: (_with_update, -1),
