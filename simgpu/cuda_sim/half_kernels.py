@@ -161,7 +161,8 @@ def _rrelu_with_noise(run_op: Callable, args: tuple, kwargs: dict) -> Any:
     x, noise = bound.pop("self"), bound.pop("noise")
     wide = x.dtype == torch.float16
     x_run, noise_run = (x.float(), noise.float()) if wide else (x, noise)
-    stream = generators.stream_for(bound.get("generator"), index)
+    # in evaluation rrelu draws nothing (a fixed slope), and CUDA's generator does not advance
+    stream = generators.stream_for(bound.get("generator"), index) if bound.get("training", False) else None
     if stream is None:
         out = run_op(x_run, noise_run, **bound)
     else:

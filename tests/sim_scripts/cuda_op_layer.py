@@ -153,6 +153,9 @@ torch.cuda.manual_seed_all(3)
 again = F.rrelu(x, 0.1, 0.3, training=True)
 assert first.dtype == torch.float16 and first.device == x.device and torch.equal(first.cpu(), again.cpu())
 assert torch.equal(torch.get_rng_state(), host_state), "rrelu on a GPU drew from the host's generator"
+state = torch.cuda.get_rng_state(gpu)
+F.rrelu(x, 0.1, 0.3, training=False)
+assert torch.equal(torch.cuda.get_rng_state(gpu), state), "rrelu in evaluation advanced the GPU's generator"
 noise = torch.empty_like(x)
 out = aten.rrelu_with_noise(x, noise, 0.1, 0.3, True)
 negative = x.cpu() < 0
