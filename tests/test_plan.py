@@ -157,8 +157,9 @@ def test_timeline_overlaps_until_the_program_waits() -> None:
     second = recorder.collective("all_reduce", 2, [[grad]], group=1)  # never waited for: the step waits
     recorder.step()
     step = recorder.steps[0]
-    assert step["step_us"] == pytest.approx(second)
+    assert step["gpu_step_us"] == pytest.approx(second)
     assert step["exposed_comm_us"] == pytest.approx(second - step["compute_us"])
+    assert step["step_us"] == pytest.approx(max(second, step["host_us"]))  # plan_host: the host may bound it
     assert step["comm_us"] == pytest.approx(2 * end)
 
 
@@ -211,3 +212,59 @@ def test_ranks_alike_are_grouped() -> None:
     assert plan.equal_ranks(plans) == [[0, 1, 2, 5], [3], [4]]
     lines = plan.summary_lines(plans, "h200-141g")
     assert "ranks alike (the same ops, FLOPs, bytes and collectives every step, the same peaks): 0-2, 5; 3; 4" in lines
+
+
+def test_host_launch_time_bounds_a_step() -> None:
+    """Many small ops: the GPU would finish them faster than the host issues them, so the step is the
+    host's time (plan_host.py); one large matmul: the GPU's."""
+    from simgpu.cuda_sim import plan, plan_host
+
+    mm = torch.ops.aten.mm.default
+    small = torch.empty(8, 8, device="meta")
+    recorder = plan.Recorder("h200-141g")
+    for _ in range(1000):
+        recorder.op(mm, (small, small), {}, mm(small, small))
+    recorder.collective("all_reduce", 2, [[small]], group=1)
+    recorder.step()
+    step = recorder.steps[0]
+    assert step["host_us"] == pytest.approx(1000 * plan_host.OP_US + plan_host.COLLECTIVE_US)
+    assert step["gpu_step_us"] < step["host_us"] == step["step_us"]
+    big = torch.empty(16384, 16384, dtype=torch.float32, device="meta")
+    recorder.op(mm, (big, big), {}, mm(big, big))  # 8.8 TFLOP at fp32: ~176 ms on the H200, one op to issue
+    recorder.step()
+    step = recorder.steps[1]
+    assert step["host_us"] == pytest.approx(plan_host.OP_US) and step["step_us"] == step["gpu_step_us"] > 1e5
+
+
+def test_host_model_fit_recovers_its_constants() -> None:
+    """fit() finds the constants that generated rows (host-bound and GPU-bound mixed), and refuses nothing
+    to fit; host_us refuses negative counts."""
+    from simgpu.cuda_sim import plan_host
+
+    rows = [plan_host.Row(ops, coll, gpu, plan_host.step_us(gpu, ops, coll, 7.0, 1500.0))
+            for ops, coll, gpu in ((300, 9, 10e3), (200, 15, 12e3), (600, 40, 150e3), (350, 28, 9e3), (900, 2, 4e3))]
+    op_us, coll_us, error = plan_host.fit(rows)
+    assert (op_us, coll_us) == (7.0, 1500.0) and error == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="no rows"):
+        plan_host.fit([])
+    with pytest.raises(ValueError, match="ops=-1"):
+        plan_host.host_us(-1, 0)
+
+
+def test_host_constants_are_the_fit_of_the_recorded_h200_runs() -> None:
+    """OP_US and COLLECTIVE_US are what host_fit.py's fit gives on the committed H200 results (a finer
+    grid near them, so the test is quick): change the data or the model and this says the constants moved."""
+    sys.path.insert(0, str(ROOT / "benchmarks" / "plan_reference"))
+    try:
+        import host_fit
+    finally:
+        sys.path.pop(0)
+    from simgpu.cuda_sim import plan_host
+
+    rows = [r for world, plan_dir in ((2, "second-plan-g2"), (4, "second-plan-g4"))
+            for _, layout, _, r in host_fit.rows(host_fit.RESULTS, world, plan_dir) if layout != "pp"]
+    assert len(rows) == 84
+    op_us, coll_us, error = plan_host.fit(rows, [float(u) for u in range(0, 11)], [1500.0 + 25 * k for k in range(41)])
+    assert (op_us, coll_us) == (plan_host.OP_US, plan_host.COLLECTIVE_US)
+    before = plan_host.typical_error(r.gpu_step_us / r.measured_us for r in rows)
+    assert error < 0.15 < before  # 12.8% after, 62% before (docs/plan-mode.md)

@@ -20,9 +20,11 @@ from when it is issued and its group's previous collective has ended, and holds 
 the program waits for it on the default stream (a synchronous collective, `work.wait()`, `wait_tensor`):
 DDP's bucketed all-reduces and FSDP's collectives on their own streams overlap compute, TP's all-reduces
 do not. A step is what lies between two `optimizer.step()` returns and ends when the compute and every
-collective have; its time less its compute is the exposed communication. Not modelled: waits on events
-between streams (a side stream's wait does not hold compute back), the host's launch time, and the time
-a rank waits for its peers (pipeline bubbles: each rank has its own clocks).
+collective have; its time less its compute is the exposed communication. The host's launch time
+(plan_host.py: per op and per collective, fitted on H200 runs) bounds the step from below: a step takes
+the longer of the GPU's timeline and the host's. Not modelled: waits on events between streams (a side
+stream's wait does not hold compute back) and the time a rank waits for its peers (pipeline bubbles:
+each rank has its own clocks).
 
 Each process writes $SIMGPU_PLAN_DIR/plan-<pid>.json at exit; the launcher reads them (summary_lines).
 """
@@ -37,6 +39,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+
+from simgpu.cuda_sim import plan_host
 
 ENV_GPU = "SIMGPU_PLAN"
 ENV_DIR = "SIMGPU_PLAN_DIR"
@@ -149,8 +153,11 @@ class Recorder:
         with _lock:
             end = max(self.clock, *self.comm_clock.values()) if self.comm_clock else self.clock
             c = self.current
-            c["step_us"] = end - self.step_start
-            c["exposed_comm_us"] = max(c["step_us"] - c["compute_us"], 0.0)
+            c["gpu_step_us"] = end - self.step_start
+            c["exposed_comm_us"] = max(c["gpu_step_us"] - c["compute_us"], 0.0)
+            c["host_us"] = plan_host.host_us(int(c["ops"]), int(c["collectives"]))
+            c["step_us"] = max(c["gpu_step_us"], c["host_us"])  # the host issues slower than the GPU runs: it waits
+            end = self.step_start + c["step_us"]
             if self.trace:
                 self._event("steps", f"step {len(self.steps)}", self.step_start, c["step_us"])
             self.steps.append(c)
@@ -369,13 +376,15 @@ def summarize(plans: Sequence[dict]) -> list[dict]:
         compute = _median([s["compute_us"] for s in steps])
         comm = _median([s["comm_us"] for s in steps])
         step = _median([s.get("step_us", s["compute_us"] + s["comm_us"]) for s in steps])
+        gpu_step = _median([s.get("gpu_step_us", s.get("step_us", s["compute_us"] + s["comm_us"])) for s in steps])
+        host = _median([s.get("host_us", 0.0) for s in steps])
         for index, mem in sorted(plan["memory"].items()):
             rows.append({"rank": plan["rank"], "gpu_index": int(index), "steps": len(plan["steps"]),
                          "max_allocated": mem["max_allocated"], "max_reserved": mem["max_reserved"],
                          "device_total": mem["max_reserved"] + gpu.context_bytes
                          + gpu.nccl_bytes_per_comm * max(1, plan.get("communicators", 1)),
-                         "compute_us": compute, "comm_us": comm, "step_us": step,
-                         "exposed_comm_us": max(step - compute, 0.0)})
+                         "compute_us": compute, "comm_us": comm, "step_us": step, "host_us": host,
+                         "exposed_comm_us": max(gpu_step - compute, 0.0)})
     return rows
 
 
@@ -388,11 +397,12 @@ def summary_lines(plans: Sequence[dict], gpu_name: str) -> list[str]:
     lines = [f"simgpu plan for {gpu.description}: per GPU, peak memory (caching allocator model) and one step "
              f"(median over steps after the first; a step ends at optimizer.step())",
              f"{'rank':>4} {'gpu':>3} {'alloc GiB':>9} {'reserved':>9} {'+ctx+NCCL':>9} {'steps':>5} "
-             f"{'compute ms':>10} {'comm ms':>8} {'exposed comm ms':>15} {'step ms':>8}"]
+             f"{'compute ms':>10} {'comm ms':>8} {'exposed comm ms':>15} {'host ms':>8} {'step ms':>8}"]
     for r in summarize(plans):
         lines.append(f"{r['rank']:>4} {r['gpu_index']:>3} {r['max_allocated'] / gib:>9.2f} {r['max_reserved'] / gib:>9.2f} "
                      f"{r['device_total'] / gib:>9.2f} {r['steps']:>5} {r['compute_us'] / 1e3:>10.2f} "
-                     f"{r['comm_us'] / 1e3:>8.2f} {r['exposed_comm_us'] / 1e3:>15.2f} {r['step_us'] / 1e3:>8.2f}")
+                     f"{r['comm_us'] / 1e3:>8.2f} {r['exposed_comm_us'] / 1e3:>15.2f} {r['host_us'] / 1e3:>8.2f} "
+                     f"{r['step_us'] / 1e3:>8.2f}")
     classes = equal_ranks(plans)
     if len(plans) > 1:
         lines.append("ranks alike (the same ops, FLOPs, bytes and collectives every step, the same peaks): "
@@ -401,7 +411,8 @@ def summary_lines(plans: Sequence[dict], gpu_name: str) -> list[str]:
                  f"of NCCL buffers per communicator the rank used, as measured on 4x H200; rates: "
                  f"{'measured, ' + gpu.source if gpu.calibrated else 'datasheet x derating, uncalibrated'}; "
                  f"communication: cost model preset {gpu.comm_machine}; collectives overlap compute until the "
-                 f"default stream waits for them, pipeline bubbles and host launch time are not modelled)")
+                 f"default stream waits for them; a step takes at least the host's launch time, {plan_host.OP_US:g} us an op and "
+                 f"{plan_host.COLLECTIVE_US:g} us a collective, {plan_host.SOURCE}; pipeline bubbles are not modelled)")
     return lines
 
 
