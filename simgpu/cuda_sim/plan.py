@@ -174,11 +174,18 @@ class Recorder:
                                   "capacity": m.capacity}
         return {"pid": os.getpid(), "rank": _rank(), "world_size": _world(), "gpu": self.gpu.name,
                 "steps": self.steps, "after_last_step": self.current, "memory": memory, "unpriced": self.unpriced,
-                "communicators": len(self.groups),
+                "communicators": len(self.groups), **_sampled_groups(),
                 **({"events": self.events, "events_dropped": self.events_dropped} if self.trace else {})}
 
 
 _COMPUTE_TRACK = "stream 0 (compute)"
+
+
+def _sampled_groups() -> dict:
+    """Under --ranks: this process's groups and their collective sequences (plan_roles.check compares them)."""
+    from simgpu.cuda_sim import plan_roles
+
+    return {"groups": plan_roles.document()} if plan_roles.active() else {}
 
 
 def _stream_track() -> str:
@@ -414,6 +421,31 @@ def summary_lines(plans: Sequence[dict], gpu_name: str) -> list[str]:
                  f"default stream waits for them; a step takes at least the host's launch time, {plan_host.OP_US:g} us an op and "
                  f"{plan_host.COLLECTIVE_US:g} us a collective, {plan_host.SOURCE}; pipeline bubbles are not modelled)")
     return lines
+
+
+def sample_lines(plans: Sequence[dict], sample: Sequence[int]) -> tuple[list[str], bool]:
+    """Under --ranks: which ranks ran, and whether every group's sampled members called the same
+    collectives (plan_roles.check); (lines, agreed)."""
+    from simgpu.cuda_sim import plan_roles
+
+    ran = sorted({p["rank"] for p in plans})
+    world = max((p.get("world_size", 0) for p in plans), default=0)
+    lines = [f"simgpu plan --ranks: ran {len(ran)} of {world} ranks ({_ranges(ran)}); every other rank is taken to "
+             f"be alike the sampled ranks of its role (the same program path on tensors of the same shapes)"]
+    stray = sorted(set(ran) - set(sample))
+    if stray:
+        lines.append(f"simgpu plan --ranks: ranks {_ranges(stray)} ran though not in --ranks: the program does not "
+                     f"start its ranks with torchrun (RANK in each worker's environment), which --ranks needs")
+        return lines, False
+    problems = plan_roles.check(plans)
+    checked, trusted = plan_roles.coverage(plans)
+    if problems:
+        lines += [f"simgpu plan --ranks: the sample disagrees: {p}" for p in problems]
+        return lines, False
+    lines.append(f"simgpu plan --ranks: check passed: the sampled members of {checked} groups called the same "
+                 f"collectives (ops, shapes, dtypes, values of tensors with data); {trusted} groups had one sampled "
+                 f"member (taken on trust: add a second member of each to check them)")
+    return lines, True
 
 
 _STEP_KEYS = ("ops", "flops", "bytes", "collectives", "comm_bytes")
