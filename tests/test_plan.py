@@ -268,3 +268,73 @@ def test_host_constants_are_the_fit_of_the_recorded_h200_runs() -> None:
     assert (op_us, coll_us) == (plan_host.OP_US, plan_host.COLLECTIVE_US)
     before = plan_host.typical_error(r.gpu_step_us / r.measured_us for r in rows)
     assert error < 0.15 < before  # 12.8% after, 62% before (docs/plan-mode.md)
+
+
+def _table_rows(stderr: str) -> dict[int, list[str]]:
+    return {int(row[0]): row for row in (line.split() for line in stderr.splitlines() if line.strip()[:1].isdigit())}
+
+
+def test_sampled_ranks_give_the_full_runs_peaks_and_steps() -> None:
+    """`--ranks 0,3` of a 4-GPU FSDP2 plan: only ranks 0 and 3 run (their groups' collectives complete by
+    symmetry), and each gets the peaks and the step the full plan gives it; the integer all_reduce of 1 on
+    every rank reads 4, as with four members; the sample's check passes."""
+    program = [TORCHRUN, "--nproc-per-node", "4", str(SCRIPTS / "plan_train.py"), "--wrap", "fsdp2", "--same-count"]
+    full = simgpu_run("--gpus", "4", "--plan", "h100-80g", *program)
+    sample = simgpu_run("--gpus", "4", "--plan", "h100-80g", "--ranks", "0,3", *program)
+    assert full.returncode == 0, full.stdout + full.stderr
+    assert sample.returncode == 0, sample.stdout + sample.stderr
+    every, sampled = _rank_lines(full.stdout), _rank_lines(sample.stdout)
+    assert sorted(every) == [0, 1, 2, 3] and sorted(sampled) == [0, 3]
+    for rank in (0, 3):
+        for key in ("max_allocated", "max_reserved", "count", "losses"):
+            assert sampled[rank][key] == every[rank][key], (rank, key)
+    assert sampled[0]["count"] == 4
+    full_rows, sample_rows = _table_rows(full.stderr), _table_rows(sample.stderr)
+    assert sorted(sample_rows) == [0, 3]
+    for rank in (0, 3):  # peaks, steps, compute, communication, host and step ms: column for column
+        assert sample_rows[rank] == full_rows[rank], (full.stderr, sample.stderr)
+    assert "ran 2 of 4 ranks (0, 3)" in sample.stderr and "check passed" in sample.stderr
+
+
+def test_sampled_ranks_that_disagree_fail_the_plan() -> None:
+    """The sample's check: ranks that all_reduce different values (rank + 1) are not symmetric, and the plan
+    says which group, which ranks and which call, and exits non-zero."""
+    program = [TORCHRUN, "--nproc-per-node", "4", str(SCRIPTS / "plan_train.py"), "--wrap", "ddp"]
+    sample = simgpu_run("--gpus", "4", "--plan", "h100-80g", "--ranks", "1-2", *program)
+    assert sample.returncode == 1, sample.stdout + sample.stderr
+    assert "the sample disagrees: group '0' (global ranks [0, 1, 2, 3]): ranks 1 and 2 differ at call" in sample.stderr
+    assert "all_reduce(torch.int64[1]:" in sample.stderr
+
+
+def test_ranks_flag_is_checked() -> None:
+    """--ranks needs --plan and ranks inside the world; each refusal is one line."""
+    for args, message in ((["--ranks", "0"], "--ranks runs a sample of a plan's ranks; it needs --plan GPU"),
+                          (["--plan", "h100-80g", "--ranks", "0,4"], "--ranks: '4' is outside ranks 0-3 of --gpus 4"),
+                          (["--plan", "h100-80g", "--ranks", "1-x"], "--ranks: '1-x' is not a rank or a range")):
+        result = simgpu_run("--gpus", "4", *args, "true", timeout=60)
+        assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+def test_symmetric_results_and_the_sample_check() -> None:
+    """plan_roles' arithmetic for tensors with data (what n members holding these values give) and its
+    check of the sampled members' call sequences, on recorded documents."""
+    from torch.distributed import ReduceOp
+
+    from simgpu.cuda_sim import plan_roles
+
+    assert plan_roles.parse_ranks("0-2, 7", 8) == [0, 1, 2, 7]
+    for op, n, before, after in ((ReduceOp.SUM, 4, [1, 2], [4, 8]), (ReduceOp.PRODUCT, 3, [2, 3], [8, 27]),
+                                 (ReduceOp.MAX, 4, [1, 2], [1, 2]), (ReduceOp.BXOR, 2, [5, 6], [0, 0]),
+                                 (ReduceOp.BXOR, 3, [5, 6], [5, 6])):
+        t = torch.tensor(before)
+        plan_roles._reduced(t, op, n)
+        assert t.tolist() == after, (op, n)
+    flags = torch.tensor([True, False])
+    plan_roles._reduced(flags, ReduceOp.SUM, 8)
+    assert flags.tolist() == [True, False]
+    same = {"ranks": [0, 1, 2, 3], "calls": ["all_reduce(a)", "barrier()"], "digest": "x"}
+    other = {"ranks": [0, 1, 2, 3], "calls": ["all_reduce(a)", "all_gather(b)"], "digest": "y"}
+    plans = [{"rank": 0, "groups": {"0": same}}, {"rank": 3, "groups": {"0": same, "5": same}}]
+    assert plan_roles.check(plans) == [] and plan_roles.coverage(plans) == (1, 1)
+    [problem] = plan_roles.check([*plans, {"rank": 2, "groups": {"0": other}}])
+    assert "ranks 0 and 2 differ at call 2: rank 0 barrier(), rank 2 all_gather(b)" in problem
