@@ -36,6 +36,7 @@ class Size:
     seq: int
 
 
+GPUS_PER_NODE = 8
 SIZES = {"8b": Size(dim=4096, layers=32, heads=32, ffn=14336, vocab=128256, seq=8192),
          "tiny": Size(dim=64, layers=4, heads=4, ffn=128, vocab=256, seq=32)}
 
@@ -110,7 +111,9 @@ def main():
     world = int(os.environ["WORLD_SIZE"])
     if pp * dp * tp != world or s.layers % pp or s.heads % tp or s.ffn % tp:
         raise SystemExit(f"llama_3d.py: --mesh {pp} {dp} {tp} does not fit {world} GPUs and size {args.size}")
-    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    # torch's device index is 8 bits (a process addresses at most 128 GPUs): a plan of more GPUs than
+    # that on one simulated host puts each rank on GPU LOCAL_RANK % 8, as a cluster of 8-GPU nodes does
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % GPUS_PER_NODE)
     device = torch.device("cuda", torch.cuda.current_device())
     mesh = init_device_mesh("cuda", (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
     pp_rank, dp_rank, tp_rank = (mesh[name].get_local_rank() for name in ("pp", "dp", "tp"))
