@@ -23,8 +23,8 @@ do not. A step is what lies between two `optimizer.step()` returns and ends when
 collective have; its time less its compute is the exposed communication. The host's launch time
 (plan_host.py: per op and per collective, fitted on H200 runs) bounds the step from below: a step takes
 the longer of the GPU's timeline and the host's. Not modelled: waits on events between streams (a side
-stream's wait does not hold compute back) and the time a rank waits for its peers (pipeline bubbles:
-each rank has its own clocks).
+stream's wait does not hold compute back) and, without --ranks, the time a rank waits for its peers
+(pipeline bubbles: each rank has its own clocks; plan_roles.py joins them at point-to-point messages).
 
 Each process writes $SIMGPU_PLAN_DIR/plan-<pid>.json at exit; the launcher reads them (summary_lines).
 """
@@ -79,7 +79,7 @@ class Recorder:
 
     @staticmethod
     def _empty() -> dict[str, float]:
-        return {"ops": 0, "flops": 0, "bytes": 0, "compute_us": 0.0, "collectives": 0, "comm_bytes": 0,
+        return {"ops": 0, "flops": 0, "bytes": 0, "compute_us": 0.0, "collectives": 0, "p2p": 0, "comm_bytes": 0,
                 "comm_us": 0.0, "exposed_wait_us": 0.0}
 
     def _event(self, track: str, name: str, start: float, duration: float) -> None:
@@ -125,7 +125,7 @@ class Recorder:
         us = cost_model.predict(self.machine, name, nbytes, 2 if op in ("send", "recv") else n).gpu_us
         with _lock:
             c = self.current
-            c["collectives"] += 1
+            c["p2p" if op in ("send", "recv") else "collectives"] += 1  # the host model's count: collectives only
             c["comm_bytes"] += nbytes
             c["comm_us"] += us
             start = max(self.clock, self.comm_clock.get(group, 0.0))
@@ -419,7 +419,7 @@ def summary_lines(plans: Sequence[dict], gpu_name: str) -> list[str]:
                  f"{'measured, ' + gpu.source if gpu.calibrated else 'datasheet x derating, uncalibrated'}; "
                  f"communication: cost model preset {gpu.comm_machine}; collectives overlap compute until the "
                  f"default stream waits for them; a step takes at least the host's launch time, {plan_host.OP_US:g} us an op and "
-                 f"{plan_host.COLLECTIVE_US:g} us a collective, {plan_host.SOURCE}; pipeline bubbles are not modelled)")
+                 f"{plan_host.COLLECTIVE_US:g} us a collective, {plan_host.SOURCE}; pipeline bubbles only under --ranks, where a message carries its sender's clock)")
     return lines
 
 
@@ -448,7 +448,7 @@ def sample_lines(plans: Sequence[dict], sample: Sequence[int]) -> tuple[list[str
     return lines, True
 
 
-_STEP_KEYS = ("ops", "flops", "bytes", "collectives", "comm_bytes")
+_STEP_KEYS = ("ops", "flops", "bytes", "collectives", "p2p", "comm_bytes")
 
 
 def equal_ranks(plans: Sequence[dict]) -> list[list[int]]:
