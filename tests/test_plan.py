@@ -338,3 +338,35 @@ def test_symmetric_results_and_the_sample_check() -> None:
     assert plan_roles.check(plans) == [] and plan_roles.coverage(plans) == (1, 1)
     [problem] = plan_roles.check([*plans, {"rank": 2, "groups": {"0": other}}])
     assert "ranks 0 and 2 differ at call 2: rank 0 barrier(), rank 2 all_gather(b)" in problem
+
+
+def test_sampled_point_to_point_carries_data_and_the_senders_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under --ranks a message goes through the store: a tensor with data arrives with its values, and a
+    receive that is waited on holds the receiver's compute until the sender's predicted end (a pipeline's
+    bubble); a message to a rank that does not run is refused naming it."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from simgpu.cuda_sim import plan, plan_roles
+
+    monkeypatch.setenv(plan_roles.ENV_RANKS, "0,1")
+    store = dist.HashStore()
+    sender = plan_roles.SoloGroup(store, 0, 2, timedelta(seconds=10))
+    receiver = plan_roles.SoloGroup(store, 1, 2, timedelta(seconds=10))
+    recorder = plan.Recorder("h200-141g")
+    monkeypatch.setattr(plan, "RECORDER", recorder)
+    a = torch.empty(4096, 4096, dtype=torch.bfloat16, device="meta")
+    mm = torch.ops.aten.mm.default
+    recorder.op(mm, (a, a), {}, mm(a, a))  # the sender computes first: its send starts after this
+    busy = recorder.clock
+    sender.send([torch.tensor([7, 8, 9])], 1).wait()
+    recorder.clock = 0.0  # the receiver's own clock (one recorder stands in for both ranks' here)
+    got = torch.zeros(3, dtype=torch.int64)
+    receiver.recv([got], 0).wait()
+    assert got.tolist() == [7, 8, 9]
+    assert recorder.clock > busy and recorder.current["exposed_wait_us"] > busy
+    assert recorder.current["p2p"] == 2 and recorder.current["collectives"] == 0
+    monkeypatch.setenv(plan_roles.ENV_RANKS, "0")
+    with pytest.raises(RuntimeError, match="rank 0 sends to rank 1, which this plan does not run; add rank 1"):
+        sender.send([got], 1)
