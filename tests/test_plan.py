@@ -274,11 +274,12 @@ def _table_rows(stderr: str) -> dict[int, list[str]]:
     return {int(row[0]): row for row in (line.split() for line in stderr.splitlines() if line.strip()[:1].isdigit())}
 
 
-def test_sampled_ranks_give_the_full_runs_peaks_and_steps() -> None:
-    """`--ranks 0,3` of a 4-GPU FSDP2 plan: only ranks 0 and 3 run (their groups' collectives complete by
-    symmetry), and each gets the peaks and the step the full plan gives it; the integer all_reduce of 1 on
-    every rank reads 4, as with four members; the sample's check passes."""
-    program = [TORCHRUN, "--nproc-per-node", "4", str(SCRIPTS / "plan_train.py"), "--wrap", "fsdp2", "--same-count"]
+@pytest.mark.parametrize("wrap", ["fsdp2", pytest.param("ddp", marks=pytest.mark.full)])
+def test_sampled_ranks_give_the_full_runs_peaks_and_steps(wrap: str) -> None:
+    """`--ranks 0,3` of a 4-GPU FSDP2 (DDP) plan: only ranks 0 and 3 run (their groups' collectives complete
+    by symmetry), and each gets the peaks and the step the full plan gives it; the integer all_reduce of 1
+    on every rank reads 4, as with four members; the sample's check passes."""
+    program = [TORCHRUN, "--nproc-per-node", "4", str(SCRIPTS / "plan_train.py"), "--wrap", wrap, "--same-count"]
     full = simgpu_run("--gpus", "4", "--plan", "h100-80g", *program)
     sample = simgpu_run("--gpus", "4", "--plan", "h100-80g", "--ranks", "0,3", *program)
     assert full.returncode == 0, full.stdout + full.stderr

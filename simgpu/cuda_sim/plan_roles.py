@@ -134,14 +134,18 @@ class SoloWork(dist.Work):
         self.plan_end = plan_end
         self._finish = finish
 
-    def wait(self, timeout: timedelta | None = None) -> bool:
-        from simgpu.cuda_sim import plan
-
+    def _arrive(self) -> None:
+        """A receive's message is taken from the store (once); its predicted end moves to its arrival."""
         if self._finish is not None:
             finish, self._finish = self._finish, None
             arrived = finish()
             if arrived is not None and self.plan_end is not None:
                 self.plan_end = max(self.plan_end, arrived)
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        from simgpu.cuda_sim import plan
+
+        self._arrive()
         if self.plan_end is not None and plan.RECORDER is not None:
             plan.RECORDER.waited(self.plan_end)
         return True
@@ -156,7 +160,9 @@ class SoloWork(dist.Work):
         return self._outputs
 
     def get_future(self) -> torch.futures.Future:
-        self.wait()
+        """Completed: a future is no wait on the default stream (DDP chains its comm hooks on it), as
+        SimWork's is not."""
+        self._arrive()
         fut: torch.futures.Future = torch.futures.Future()
         fut.set_result(self._outputs)
         return fut
