@@ -460,6 +460,15 @@ class PythonGroupNames:
 class SimProcessGroup(PythonGroupNames, dist.ProcessGroup):
     """A process group that behaves like ProcessGroupNCCL on CPU ranks (see the module docstring)."""
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> "SimProcessGroup":
+        """A plan of a sample of ranks (`simgpu run --plan GPU --ranks ...`) makes every group a
+        plan_roles.SoloGroup: its collectives complete in the caller, as the other members do not run."""
+        if cls is SimProcessGroup and os.environ.get("SIMGPU_PLAN_RANKS"):
+            from simgpu.cuda_sim import plan_roles
+
+            cls = plan_roles.SoloGroup
+        return super().__new__(cls)
+
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta,
                  devices: Sequence[str] | None = None, strict_timeout: float | None = None):
         super().__init__(rank, size)

@@ -59,6 +59,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--trace", default=None, metavar="FILE",
                      help="with --plan: write the plan's timeline as Chrome/Perfetto trace JSON (one track per "
                           "simulated GPU and stream, each op and collective at its predicted time)")
+    run.add_argument("--ranks", default=None, metavar="SPEC",
+                     help="with --plan and torchrun: run only these ranks (e.g. 0-3,252-255), one or two per role of a "
+                          "symmetric layout; the others exit at start and collectives complete by symmetry, checked "
+                          "across the sampled members of each group (docs/plan-mode.md)")
     run.add_argument("--no-template", action="store_true",
                      help="start every Python process of the program on its own (each imports torch), not as a "
                           f"fork of the run's warm template (also: {OFF_ENV}=1; docs/warm-template.md)")
@@ -138,7 +142,7 @@ def check_installed_torch() -> None:
 
 def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: float | None = None,
         predict: str | None = None, template: bool = True, sim_interface: str | None = None,
-        plan: str | None = None, trace: str | None = None) -> int:
+        plan: str | None = None, trace: str | None = None, ranks: str | None = None) -> int:
     """Run `cmd` on `gpus` simulated GPUs; its exit status (124 after a timeout).
 
     predict: a cost-model machine preset; the predicted communication time is printed at the end.
@@ -146,7 +150,8 @@ def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: floa
     unless SIMGPU_NO_TEMPLATE=1.
     sim_interface: this node's network interface when the world spans hosts (`gpus` is this node's).
     plan: a GPU (simgpu.cuda_sim.gpu_specs) to plan the run for, without data (docs/plan-mode.md).
-    trace: with plan, a file for the plan's Chrome/Perfetto trace."""
+    trace: with plan, a file for the plan's Chrome/Perfetto trace.
+    ranks: with plan, the ranks to run (plan_roles.parse_ranks), the others taken as alike by symmetry."""
     template = template and os.environ.get(OFF_ENV) != "1"
     for name, value in (("--timeout", timeout), ("--memory-gb", memory_gb)):
         if value is not None and not 0 < value < float("inf"):
@@ -163,10 +168,20 @@ def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: floa
                          "leave out --predict")
     if trace is not None and plan is None:
         raise SystemExit("simgpu run: --trace writes a plan's timeline; it needs --plan GPU")
+    sample = None
+    if ranks is not None:
+        if plan is None:
+            raise SystemExit("simgpu run: --ranks runs a sample of a plan's ranks; it needs --plan GPU")
+        from simgpu.cuda_sim import plan_roles
+
+        try:
+            sample = plan_roles.parse_ranks(ranks, gpus)
+        except ValueError as exc:
+            raise SystemExit(f"simgpu run: {exc}") from None
     check_installed_torch()
     if plan is not None:
         return _run_plan(cmd, plan, environment(gpus, memory_gb, timeout, sim_interface), memory_gb, timeout, template,
-                         trace)
+                         trace, sample)
     if predict is None:
         return _run(cmd, environment(gpus, memory_gb, timeout, sim_interface), timeout, template)
     from simgpu import comm_log, cost_model
@@ -189,7 +204,7 @@ def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: floa
 
 
 def _run_plan(cmd: list[str], gpu_name: str, env: dict[str, str], memory_gb: float | None, timeout: float | None,
-              use_template: bool, trace: str | None = None) -> int:
+              use_template: bool, trace: str | None = None, sample: list[int] | None = None) -> int:
     """A plan (docs/plan-mode.md): each GPU's allocator gets what the named GPU leaves it after the CUDA
     context and NCCL's buffers (unless --memory-gb says otherwise); the plan's table is printed at the end."""
     from simgpu.cuda_sim import gpu_specs, plan
@@ -203,6 +218,10 @@ def _run_plan(cmd: list[str], gpu_name: str, env: dict[str, str], memory_gb: flo
     env = {**env, plan.ENV_GPU: gpu.name, plan.ENV_DIR: folder}
     if trace is not None:
         env[plan.ENV_TRACE] = "1"
+    if sample is not None:
+        from simgpu.cuda_sim import plan_roles
+
+        env[plan_roles.ENV_RANKS] = ",".join(map(str, sample))
     if memory_gb is None:
         env["SIMGPU_GPU_MEMORY_GB"] = repr((gpu.total_memory - gpu.context_bytes - gpu.nccl_bytes_per_comm) / 2**30)
         # (one communicator's buffers assumed: a program with several has less for its tensors)
@@ -210,6 +229,11 @@ def _run_plan(cmd: list[str], gpu_name: str, env: dict[str, str], memory_gb: flo
         code = _run(cmd, env, timeout, use_template)
         plans = plan.read_plans(folder)
         lines = plan.summary_lines(plans, gpu.name) if plans else ["simgpu plan: no process used a GPU"]
+        if sample is not None and plans:
+            sample_lines, agreed = plan.sample_lines(plans, sample)
+            lines += sample_lines
+            if not agreed and code == 0:
+                code = 1
         if trace is not None:
             events = plan.write_trace(plans, trace)
             lines.append(f"simgpu plan: trace of {events} events written to {trace} (open in ui.perfetto.dev)")
@@ -284,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["--"]:
         args = args[1:]
     return run(ns.gpus, command_line(ns.target, ns.module, args), ns.memory_gb, ns.timeout, ns.predict,
-               template=not ns.no_template, sim_interface=ns.sim_interface, plan=ns.plan, trace=ns.trace)
+               template=not ns.no_template, sim_interface=ns.sim_interface, plan=ns.plan, trace=ns.trace,
+               ranks=ns.ranks)
 
 
 if __name__ == "__main__":

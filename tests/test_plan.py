@@ -157,8 +157,9 @@ def test_timeline_overlaps_until_the_program_waits() -> None:
     second = recorder.collective("all_reduce", 2, [[grad]], group=1)  # never waited for: the step waits
     recorder.step()
     step = recorder.steps[0]
-    assert step["step_us"] == pytest.approx(second)
+    assert step["gpu_step_us"] == pytest.approx(second)
     assert step["exposed_comm_us"] == pytest.approx(second - step["compute_us"])
+    assert step["step_us"] == pytest.approx(max(second, step["host_us"]))  # plan_host: the host may bound it
     assert step["comm_us"] == pytest.approx(2 * end)
 
 
@@ -211,3 +212,162 @@ def test_ranks_alike_are_grouped() -> None:
     assert plan.equal_ranks(plans) == [[0, 1, 2, 5], [3], [4]]
     lines = plan.summary_lines(plans, "h200-141g")
     assert "ranks alike (the same ops, FLOPs, bytes and collectives every step, the same peaks): 0-2, 5; 3; 4" in lines
+
+
+def test_host_launch_time_bounds_a_step() -> None:
+    """Many small ops: the GPU would finish them faster than the host issues them, so the step is the
+    host's time (plan_host.py); one large matmul: the GPU's."""
+    from simgpu.cuda_sim import plan, plan_host
+
+    mm = torch.ops.aten.mm.default
+    small = torch.empty(8, 8, device="meta")
+    recorder = plan.Recorder("h200-141g")
+    for _ in range(1000):
+        recorder.op(mm, (small, small), {}, mm(small, small))
+    recorder.collective("all_reduce", 2, [[small]], group=1)
+    recorder.step()
+    step = recorder.steps[0]
+    assert step["host_us"] == pytest.approx(1000 * plan_host.OP_US + plan_host.COLLECTIVE_US)
+    assert step["gpu_step_us"] < step["host_us"] == step["step_us"]
+    big = torch.empty(16384, 16384, dtype=torch.float32, device="meta")
+    recorder.op(mm, (big, big), {}, mm(big, big))  # 8.8 TFLOP at fp32: ~176 ms on the H200, one op to issue
+    recorder.step()
+    step = recorder.steps[1]
+    assert step["host_us"] == pytest.approx(plan_host.OP_US) and step["step_us"] == step["gpu_step_us"] > 1e5
+
+
+def test_host_model_fit_recovers_its_constants() -> None:
+    """fit() finds the constants that generated rows (host-bound and GPU-bound mixed), and refuses nothing
+    to fit; host_us refuses negative counts."""
+    from simgpu.cuda_sim import plan_host
+
+    rows = [plan_host.Row(ops, coll, gpu, plan_host.step_us(gpu, ops, coll, 7.0, 1500.0))
+            for ops, coll, gpu in ((300, 9, 10e3), (200, 15, 12e3), (600, 40, 150e3), (350, 28, 9e3), (900, 2, 4e3))]
+    op_us, coll_us, error = plan_host.fit(rows)
+    assert (op_us, coll_us) == (7.0, 1500.0) and error == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="no rows"):
+        plan_host.fit([])
+    with pytest.raises(ValueError, match="ops=-1"):
+        plan_host.host_us(-1, 0)
+
+
+def test_host_constants_are_the_fit_of_the_recorded_h200_runs() -> None:
+    """OP_US and COLLECTIVE_US are what host_fit.py's fit gives on the committed H200 results (a finer
+    grid near them, so the test is quick): change the data or the model and this says the constants moved."""
+    sys.path.insert(0, str(ROOT / "benchmarks" / "plan_reference"))
+    try:
+        import host_fit
+    finally:
+        sys.path.pop(0)
+    from simgpu.cuda_sim import plan_host
+
+    rows = [r for world, plan_dir in ((2, "second-plan-g2"), (4, "second-plan-g4"))
+            for _, layout, _, r in host_fit.rows(host_fit.RESULTS, world, plan_dir) if layout != "pp"]
+    assert len(rows) == 84
+    op_us, coll_us, error = plan_host.fit(rows, [float(u) for u in range(0, 11)], [1500.0 + 25 * k for k in range(41)])
+    assert (op_us, coll_us) == (plan_host.OP_US, plan_host.COLLECTIVE_US)
+    before = plan_host.typical_error(r.gpu_step_us / r.measured_us for r in rows)
+    assert error < 0.15 < before  # 12.8% after, 78.7% before (docs/plan-mode.md)
+
+
+def _table_rows(stderr: str) -> dict[int, list[str]]:
+    return {int(row[0]): row for row in (line.split() for line in stderr.splitlines() if line.strip()[:1].isdigit())}
+
+
+@pytest.mark.parametrize("wrap", ["fsdp2", pytest.param("ddp", marks=pytest.mark.full)])
+def test_sampled_ranks_give_the_full_runs_peaks_and_steps(wrap: str) -> None:
+    """`--ranks 0,3` of a 4-GPU FSDP2 (DDP) plan: only ranks 0 and 3 run (their groups' collectives complete
+    by symmetry), and each gets the peaks and the step the full plan gives it; the integer all_reduce of 1
+    on every rank reads 4, as with four members; the sample's check passes."""
+    program = [TORCHRUN, "--nproc-per-node", "4", str(SCRIPTS / "plan_train.py"), "--wrap", wrap, "--same-count"]
+    full = simgpu_run("--gpus", "4", "--plan", "h100-80g", *program)
+    sample = simgpu_run("--gpus", "4", "--plan", "h100-80g", "--ranks", "0,3", *program)
+    assert full.returncode == 0, full.stdout + full.stderr
+    assert sample.returncode == 0, sample.stdout + sample.stderr
+    every, sampled = _rank_lines(full.stdout), _rank_lines(sample.stdout)
+    assert sorted(every) == [0, 1, 2, 3] and sorted(sampled) == [0, 3]
+    for rank in (0, 3):
+        for key in ("max_allocated", "max_reserved", "count", "losses"):
+            assert sampled[rank][key] == every[rank][key], (rank, key)
+    assert sampled[0]["count"] == 4
+    full_rows, sample_rows = _table_rows(full.stderr), _table_rows(sample.stderr)
+    assert sorted(sample_rows) == [0, 3]
+    for rank in (0, 3):  # peaks, steps, compute, communication, host and step ms: column for column
+        assert sample_rows[rank] == full_rows[rank], (full.stderr, sample.stderr)
+    assert "ran 2 of 4 ranks (0, 3)" in sample.stderr and "check passed" in sample.stderr
+
+
+def test_sampled_ranks_that_disagree_fail_the_plan() -> None:
+    """The sample's check: ranks that all_reduce different values (rank + 1) are not symmetric, and the plan
+    says which group, which ranks and which call, and exits non-zero."""
+    program = [TORCHRUN, "--nproc-per-node", "4", str(SCRIPTS / "plan_train.py"), "--wrap", "ddp"]
+    sample = simgpu_run("--gpus", "4", "--plan", "h100-80g", "--ranks", "1-2", *program)
+    assert sample.returncode == 1, sample.stdout + sample.stderr
+    assert "the sample disagrees: group '0' (global ranks [0, 1, 2, 3]): ranks 1 and 2 differ at call" in sample.stderr
+    assert "all_reduce(torch.int64[1]:" in sample.stderr
+
+
+def test_ranks_flag_is_checked() -> None:
+    """--ranks needs --plan and ranks inside the world; each refusal is one line."""
+    for args, message in ((["--ranks", "0"], "--ranks runs a sample of a plan's ranks; it needs --plan GPU"),
+                          (["--plan", "h100-80g", "--ranks", "0,4"], "--ranks: '4' is outside ranks 0-3 of --gpus 4"),
+                          (["--plan", "h100-80g", "--ranks", "1-x"], "--ranks: '1-x' is not a rank or a range")):
+        result = simgpu_run("--gpus", "4", *args, "true", timeout=60)
+        assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+def test_symmetric_results_and_the_sample_check() -> None:
+    """plan_roles' arithmetic for tensors with data (what n members holding these values give) and its
+    check of the sampled members' call sequences, on recorded documents."""
+    from torch.distributed import ReduceOp
+
+    from simgpu.cuda_sim import plan_roles
+
+    assert plan_roles.parse_ranks("0-2, 7", 8) == [0, 1, 2, 7]
+    for op, n, before, after in ((ReduceOp.SUM, 4, [1, 2], [4, 8]), (ReduceOp.PRODUCT, 3, [2, 3], [8, 27]),
+                                 (ReduceOp.MAX, 4, [1, 2], [1, 2]), (ReduceOp.BXOR, 2, [5, 6], [0, 0]),
+                                 (ReduceOp.BXOR, 3, [5, 6], [5, 6])):
+        t = torch.tensor(before)
+        plan_roles._reduced(t, op, n)
+        assert t.tolist() == after, (op, n)
+    flags = torch.tensor([True, False])
+    plan_roles._reduced(flags, ReduceOp.SUM, 8)
+    assert flags.tolist() == [True, False]
+    same = {"ranks": [0, 1, 2, 3], "calls": ["all_reduce(a)", "barrier()"], "digest": "x"}
+    other = {"ranks": [0, 1, 2, 3], "calls": ["all_reduce(a)", "all_gather(b)"], "digest": "y"}
+    plans = [{"rank": 0, "groups": {"0": same}}, {"rank": 3, "groups": {"0": same, "5": same}}]
+    assert plan_roles.check(plans) == [] and plan_roles.coverage(plans) == (1, 1)
+    [problem] = plan_roles.check([*plans, {"rank": 2, "groups": {"0": other}}])
+    assert "ranks 0 and 2 differ at call 2: rank 0 barrier(), rank 2 all_gather(b)" in problem
+
+
+def test_sampled_point_to_point_carries_data_and_the_senders_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under --ranks a message goes through the store: a tensor with data arrives with its values, and a
+    receive that is waited on holds the receiver's compute until the sender's predicted end (a pipeline's
+    bubble); a message to a rank that does not run is refused naming it."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from simgpu.cuda_sim import plan, plan_roles
+
+    monkeypatch.setenv(plan_roles.ENV_RANKS, "0,1")
+    store = dist.HashStore()
+    sender = plan_roles.SoloGroup(store, 0, 2, timedelta(seconds=10))
+    receiver = plan_roles.SoloGroup(store, 1, 2, timedelta(seconds=10))
+    recorder = plan.Recorder("h200-141g")
+    monkeypatch.setattr(plan, "RECORDER", recorder)
+    a = torch.empty(4096, 4096, dtype=torch.bfloat16, device="meta")
+    mm = torch.ops.aten.mm.default
+    recorder.op(mm, (a, a), {}, mm(a, a))  # the sender computes first: its send starts after this
+    busy = recorder.clock
+    sender.send([torch.tensor([7, 8, 9])], 1).wait()
+    recorder.clock = 0.0  # the receiver's own clock (one recorder stands in for both ranks' here)
+    got = torch.zeros(3, dtype=torch.int64)
+    receiver.recv([got], 0).wait()
+    assert got.tolist() == [7, 8, 9]
+    assert recorder.clock > busy and recorder.current["exposed_wait_us"] > busy
+    assert recorder.current["p2p"] == 2 and recorder.current["collectives"] == 0
+    monkeypatch.setenv(plan_roles.ENV_RANKS, "0")
+    with pytest.raises(RuntimeError, match="rank 0 sends to rank 1, which this plan does not run; add rank 1"):
+        sender.send([got], 1)

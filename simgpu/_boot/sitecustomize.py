@@ -103,6 +103,19 @@ def _serve_from_template():
     module.serve_or_continue()
 
 
+def _not_in_the_plans_sample():
+    """A torchrun worker whose rank a plan of a sample of ranks (`--ranks`, cuda_sim/plan_roles.py) does not
+    run: it exits at once, before importing anything (the ranks that run never wait for it)."""
+    sample = os.environ.get("SIMGPU_PLAN_RANKS")
+    rank = os.environ.get("RANK")
+    if not sample or rank is None or "TORCHELASTIC_RESTART_COUNT" not in os.environ:
+        return False
+    return rank not in sample.split(",")
+
+
+if os.environ.get("SIMGPU_GPUS") and _not_in_the_plans_sample():
+    sys.stdout.flush()
+    os._exit(0)
 if os.environ.get("SIMGPU_GPUS"):
     try:
         _serve_from_template()

@@ -20,9 +20,11 @@ from when it is issued and its group's previous collective has ended, and holds 
 the program waits for it on the default stream (a synchronous collective, `work.wait()`, `wait_tensor`):
 DDP's bucketed all-reduces and FSDP's collectives on their own streams overlap compute, TP's all-reduces
 do not. A step is what lies between two `optimizer.step()` returns and ends when the compute and every
-collective have; its time less its compute is the exposed communication. Not modelled: waits on events
-between streams (a side stream's wait does not hold compute back), the host's launch time, and the time
-a rank waits for its peers (pipeline bubbles: each rank has its own clocks).
+collective have; its time less its compute is the exposed communication. The host's launch time
+(plan_host.py: per op and per collective, fitted on H200 runs) bounds the step from below: a step takes
+the longer of the GPU's timeline and the host's. Not modelled: waits on events between streams (a side
+stream's wait does not hold compute back) and, without --ranks, the time a rank waits for its peers
+(pipeline bubbles: each rank has its own clocks; plan_roles.py joins them at point-to-point messages).
 
 Each process writes $SIMGPU_PLAN_DIR/plan-<pid>.json at exit; the launcher reads them (summary_lines).
 """
@@ -37,6 +39,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+
+from simgpu.cuda_sim import plan_host
 
 ENV_GPU = "SIMGPU_PLAN"
 ENV_DIR = "SIMGPU_PLAN_DIR"
@@ -75,7 +79,7 @@ class Recorder:
 
     @staticmethod
     def _empty() -> dict[str, float]:
-        return {"ops": 0, "flops": 0, "bytes": 0, "compute_us": 0.0, "collectives": 0, "comm_bytes": 0,
+        return {"ops": 0, "flops": 0, "bytes": 0, "compute_us": 0.0, "collectives": 0, "p2p": 0, "comm_bytes": 0,
                 "comm_us": 0.0, "exposed_wait_us": 0.0}
 
     def _event(self, track: str, name: str, start: float, duration: float) -> None:
@@ -121,7 +125,7 @@ class Recorder:
         us = cost_model.predict(self.machine, name, nbytes, 2 if op in ("send", "recv") else n).gpu_us
         with _lock:
             c = self.current
-            c["collectives"] += 1
+            c["p2p" if op in ("send", "recv") else "collectives"] += 1  # the host model's count: collectives only
             c["comm_bytes"] += nbytes
             c["comm_us"] += us
             start = max(self.clock, self.comm_clock.get(group, 0.0))
@@ -149,8 +153,11 @@ class Recorder:
         with _lock:
             end = max(self.clock, *self.comm_clock.values()) if self.comm_clock else self.clock
             c = self.current
-            c["step_us"] = end - self.step_start
-            c["exposed_comm_us"] = max(c["step_us"] - c["compute_us"], 0.0)
+            c["gpu_step_us"] = end - self.step_start
+            c["exposed_comm_us"] = max(c["gpu_step_us"] - c["compute_us"], 0.0)
+            c["host_us"] = plan_host.host_us(int(c["ops"]), int(c["collectives"]))
+            c["step_us"] = max(c["gpu_step_us"], c["host_us"])  # the host issues slower than the GPU runs: it waits
+            end = self.step_start + c["step_us"]
             if self.trace:
                 self._event("steps", f"step {len(self.steps)}", self.step_start, c["step_us"])
             self.steps.append(c)
@@ -167,11 +174,18 @@ class Recorder:
                                   "capacity": m.capacity}
         return {"pid": os.getpid(), "rank": _rank(), "world_size": _world(), "gpu": self.gpu.name,
                 "steps": self.steps, "after_last_step": self.current, "memory": memory, "unpriced": self.unpriced,
-                "communicators": len(self.groups),
+                "communicators": len(self.groups), **_sampled_groups(),
                 **({"events": self.events, "events_dropped": self.events_dropped} if self.trace else {})}
 
 
 _COMPUTE_TRACK = "stream 0 (compute)"
+
+
+def _sampled_groups() -> dict:
+    """Under --ranks: this process's groups and their collective sequences (plan_roles.check compares them)."""
+    from simgpu.cuda_sim import plan_roles
+
+    return {"groups": plan_roles.document()} if plan_roles.active() else {}
 
 
 def _stream_track() -> str:
@@ -369,13 +383,15 @@ def summarize(plans: Sequence[dict]) -> list[dict]:
         compute = _median([s["compute_us"] for s in steps])
         comm = _median([s["comm_us"] for s in steps])
         step = _median([s.get("step_us", s["compute_us"] + s["comm_us"]) for s in steps])
+        gpu_step = _median([s.get("gpu_step_us", s.get("step_us", s["compute_us"] + s["comm_us"])) for s in steps])
+        host = _median([s.get("host_us", 0.0) for s in steps])
         for index, mem in sorted(plan["memory"].items()):
             rows.append({"rank": plan["rank"], "gpu_index": int(index), "steps": len(plan["steps"]),
                          "max_allocated": mem["max_allocated"], "max_reserved": mem["max_reserved"],
                          "device_total": mem["max_reserved"] + gpu.context_bytes
                          + gpu.nccl_bytes_per_comm * max(1, plan.get("communicators", 1)),
-                         "compute_us": compute, "comm_us": comm, "step_us": step,
-                         "exposed_comm_us": max(step - compute, 0.0)})
+                         "compute_us": compute, "comm_us": comm, "step_us": step, "host_us": host,
+                         "exposed_comm_us": max(gpu_step - compute, 0.0)})
     return rows
 
 
@@ -388,11 +404,12 @@ def summary_lines(plans: Sequence[dict], gpu_name: str) -> list[str]:
     lines = [f"simgpu plan for {gpu.description}: per GPU, peak memory (caching allocator model) and one step "
              f"(median over steps after the first; a step ends at optimizer.step())",
              f"{'rank':>4} {'gpu':>3} {'alloc GiB':>9} {'reserved':>9} {'+ctx+NCCL':>9} {'steps':>5} "
-             f"{'compute ms':>10} {'comm ms':>8} {'exposed comm ms':>15} {'step ms':>8}"]
+             f"{'compute ms':>10} {'comm ms':>8} {'exposed comm ms':>15} {'host ms':>8} {'step ms':>8}"]
     for r in summarize(plans):
         lines.append(f"{r['rank']:>4} {r['gpu_index']:>3} {r['max_allocated'] / gib:>9.2f} {r['max_reserved'] / gib:>9.2f} "
                      f"{r['device_total'] / gib:>9.2f} {r['steps']:>5} {r['compute_us'] / 1e3:>10.2f} "
-                     f"{r['comm_us'] / 1e3:>8.2f} {r['exposed_comm_us'] / 1e3:>15.2f} {r['step_us'] / 1e3:>8.2f}")
+                     f"{r['comm_us'] / 1e3:>8.2f} {r['exposed_comm_us'] / 1e3:>15.2f} {r['host_us'] / 1e3:>8.2f} "
+                     f"{r['step_us'] / 1e3:>8.2f}")
     classes = equal_ranks(plans)
     if len(plans) > 1:
         lines.append("ranks alike (the same ops, FLOPs, bytes and collectives every step, the same peaks): "
@@ -401,11 +418,37 @@ def summary_lines(plans: Sequence[dict], gpu_name: str) -> list[str]:
                  f"of NCCL buffers per communicator the rank used, as measured on 4x H200; rates: "
                  f"{'measured, ' + gpu.source if gpu.calibrated else 'datasheet x derating, uncalibrated'}; "
                  f"communication: cost model preset {gpu.comm_machine}; collectives overlap compute until the "
-                 f"default stream waits for them, pipeline bubbles and host launch time are not modelled)")
+                 f"default stream waits for them; a step takes at least the host's launch time, {plan_host.OP_US:g} us an op and "
+                 f"{plan_host.COLLECTIVE_US:g} us a collective, {plan_host.SOURCE}; pipeline bubbles only under --ranks, where a message carries its sender's clock)")
     return lines
 
 
-_STEP_KEYS = ("ops", "flops", "bytes", "collectives", "comm_bytes")
+def sample_lines(plans: Sequence[dict], sample: Sequence[int]) -> tuple[list[str], bool]:
+    """Under --ranks: which ranks ran, and whether every group's sampled members called the same
+    collectives (plan_roles.check); (lines, agreed)."""
+    from simgpu.cuda_sim import plan_roles
+
+    ran = sorted({p["rank"] for p in plans})
+    world = max((p.get("world_size", 0) for p in plans), default=0)
+    lines = [f"simgpu plan --ranks: ran {len(ran)} of {world} ranks ({_ranges(ran)}); every other rank is taken to "
+             f"be alike the sampled ranks of its role (the same program path on tensors of the same shapes)"]
+    stray = sorted(set(ran) - set(sample))
+    if stray:
+        lines.append(f"simgpu plan --ranks: ranks {_ranges(stray)} ran though not in --ranks: the program does not "
+                     f"start its ranks with torchrun (RANK in each worker's environment), which --ranks needs")
+        return lines, False
+    problems = plan_roles.check(plans)
+    checked, trusted = plan_roles.coverage(plans)
+    if problems:
+        lines += [f"simgpu plan --ranks: the sample disagrees: {p}" for p in problems]
+        return lines, False
+    lines.append(f"simgpu plan --ranks: check passed: the sampled members of {checked} groups called the same "
+                 f"collectives (ops, shapes, dtypes, values of tensors with data); {trusted} groups had one sampled "
+                 f"member (taken on trust: add a second member of each to check them)")
+    return lines, True
+
+
+_STEP_KEYS = ("ops", "flops", "bytes", "collectives", "p2p", "comm_bytes")
 
 
 def equal_ranks(plans: Sequence[dict]) -> list[list[int]]:

@@ -11,6 +11,7 @@ import torch.nn as nn
 parser = argparse.ArgumentParser()
 parser.add_argument("--wrap", choices=["ddp", "fsdp2"], required=True)
 parser.add_argument("--steps", type=int, default=3)
+parser.add_argument("--same-count", action="store_true", help="every rank sends 1 (a symmetric program: plan --ranks)")
 args = parser.parse_args()
 dist.init_process_group("nccl")
 rank = dist.get_rank()
@@ -35,7 +36,7 @@ for _ in range(args.steps):
     optimizer.step()
     optimizer.zero_grad()
     losses.append(loss.item())
-count = torch.tensor([rank + 1], device="cuda")  # an integer value sent across ranks: kept under a plan
+count = torch.tensor([1 if args.same_count else rank + 1], device="cuda")  # an integer value sent across ranks: kept under a plan
 dist.all_reduce(count)
 line = json.dumps({"rank": rank, "max_allocated": torch.cuda.max_memory_allocated(),
                    "max_reserved": torch.cuda.max_memory_reserved(), "losses": losses, "count": count.item()})
