@@ -25,6 +25,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 MARK_VAR = "SIMGPU_TEST_MARK"
 REAP_GRACE = 30.0  # a bound, not a budget: the check returns as soon as nothing is left
+START_BOUND_S = 300.0  # a bound against a hang, not a speed: on a loaded 2-core machine a pytest run with
+# xdist took over 60 s to start its ranks (the fresh-clone run beside four other jobs)
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
 
@@ -104,7 +106,7 @@ class Marked:
         self.output = ""
         self._unread = ""  # read from the child, not yet searched past by read_line_with
 
-    def read_line_with(self, needle: str, timeout: float = 60.0) -> str:
+    def read_line_with(self, needle: str, timeout: float = START_BOUND_S) -> str:
         deadline = time.monotonic() + timeout
         assert self.proc.stdout is not None
         os.set_blocking(self.proc.stdout.fileno(), False)
@@ -127,7 +129,7 @@ class Marked:
                 time.sleep(0.05)
         raise AssertionError(f"child never printed {needle!r}:\n{self.output[-3000:]}")
 
-    def wait_for_ranks(self, at_least: int, timeout: float = 60.0) -> None:
+    def wait_for_ranks(self, at_least: int, timeout: float = START_BOUND_S) -> None:
         """Wait until `at_least` marked processes other than the child itself exist (fork server + ranks)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -289,7 +291,7 @@ def _xdist_workers(pytest_pid: int) -> list[int]:
     return workers
 
 
-def _worker_with_ranks(pytest_pid: int, timeout: float = 60.0) -> int:
+def _worker_with_ranks(pytest_pid: int, timeout: float = START_BOUND_S) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for worker in _xdist_workers(pytest_pid):
