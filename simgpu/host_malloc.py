@@ -10,9 +10,11 @@ the same program's on plain CPU tensors: 3-4 times plain's minor page faults a s
 the simulation's CPU overhead (docs/simgpu-run.md, benchmarks/simgpu_overhead.py).
 
 So each variable below that the environment does not set is set for the run's processes: memory up
-to 32 MiB (glibc's own ceiling for its adaptive threshold) comes from the heap, and up to 64 MiB of
-freed memory stays at the top of a heap instead of 128 KiB. A process keeps up to about its peak use,
-as the caching allocator does. A variable the user sets (or `glibc.malloc.*` in GLIBC_TUNABLES) wins;
+to 32 MiB (glibc's own ceiling for its adaptive threshold) comes from the heap, a heap gives memory
+back only once 64 MiB are free at its top (glibc's rule: twice that threshold), and keeps 32 MiB
+there (instead of 128 KiB; what keeps a thread's emptied 64 MiB heap mapped). A process keeps more
+of its peak use, as the caching allocator does: measured, a small DDP rank's unique memory grew by
+about 8 MB (a top pad of 64 MiB cost 54 MB and 16 MiB did not keep the thread's heap). A variable the user sets (or `glibc.malloc.*` in GLIBC_TUNABLES) wins;
 SIMGPU_MALLOC_DEFAULTS=0 sets none (glibc's own adaptive behaviour). No torch import: the launcher
 uses it.
 """
@@ -27,7 +29,7 @@ ENV = "SIMGPU_MALLOC_DEFAULTS"
 DEFAULTS = {
     "MALLOC_MMAP_THRESHOLD_": ("glibc.malloc.mmap_threshold", str(32 * 2**20)),
     "MALLOC_TRIM_THRESHOLD_": ("glibc.malloc.trim_threshold", str(64 * 2**20)),
-    "MALLOC_TOP_PAD_": ("glibc.malloc.top_pad", str(64 * 2**20)),
+    "MALLOC_TOP_PAD_": ("glibc.malloc.top_pad", str(32 * 2**20)),
 }
 
 

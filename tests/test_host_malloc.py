@@ -20,7 +20,7 @@ MIB = 2**20
 def test_all_three_are_set_on_glibc_and_none_elsewhere() -> None:
     assert host_malloc.defaults({}, libc="glibc") == {"MALLOC_MMAP_THRESHOLD_": str(32 * MIB),
                                                        "MALLOC_TRIM_THRESHOLD_": str(64 * MIB),
-                                                       "MALLOC_TOP_PAD_": str(64 * MIB)}
+                                                       "MALLOC_TOP_PAD_": str(32 * MIB)}
     assert host_malloc.defaults({}, libc="") == {}  # musl, macOS: these variables mean nothing there
 
 
