@@ -13,7 +13,7 @@ part (`*_sys_s`) and rank 0's minor page faults per step (`*_minor_faults`) go w
 memory that the C library gives back to the system and the next step touches afresh costs the same
 on both sides, but it comes and goes between runs (MALLOC_TRIM_THRESHOLD_ and MALLOC_MMAP_THRESHOLD_
 in the environment hold it still, for plain and simulated alike; `simgpu run` sets them, and
-MALLOC_TOP_PAD_, for its processes unless the environment does: simgpu/host_malloc.py, and
+MALLOC_TOP_PAD_, for its processes with SIMGPU_MALLOC_DEFAULTS=1: simgpu/host_malloc.py, and
 --also-plain-malloc adds a series of plain runs with the same settings). --also-no-strict adds a third series
 with the cross-rank check off (SIMGPU_STRICT=0): what the check costs, in the same run. --baseline DIR adds
 a series simulated by another checkout of simgpu (DIR first on PYTHONPATH, e.g. `git worktree add` or
@@ -92,7 +92,7 @@ def main() -> None:
     if args.also_plain_malloc:
         from simgpu import host_malloc
 
-        series["plain_malloc"] = (False, True, None, host_malloc.defaults(os.environ))
+        series["plain_malloc"] = (False, True, None, host_malloc.defaults({**os.environ, host_malloc.ENV: "1"}))
     rows = []
     for wrap in args.wraps:
         for ranks in args.ranks:

@@ -17,15 +17,19 @@ SCRIPT = ROOT / "tests" / "sim_scripts" / "host_malloc_reuse.py"
 MIB = 2**20
 
 
-def test_all_three_are_set_on_glibc_and_none_elsewhere() -> None:
-    assert host_malloc.defaults({}, libc="glibc") == {"MALLOC_MMAP_THRESHOLD_": str(32 * MIB),
+ON = {host_malloc.ENV: "1"}
+
+
+def test_all_three_are_set_on_glibc_when_asked_and_none_elsewhere() -> None:
+    assert host_malloc.defaults({}, libc="glibc") == {}  # off unless asked for
+    assert host_malloc.defaults(ON, libc="glibc") == {"MALLOC_MMAP_THRESHOLD_": str(32 * MIB),
                                                        "MALLOC_TRIM_THRESHOLD_": str(64 * MIB),
                                                        "MALLOC_TOP_PAD_": str(32 * MIB)}
-    assert host_malloc.defaults({}, libc="") == {}  # musl, macOS: these variables mean nothing there
+    assert host_malloc.defaults(ON, libc="") == {}  # musl, macOS: these variables mean nothing there
 
 
 def test_what_the_user_sets_wins_by_variable_or_tunable() -> None:
-    env = {"MALLOC_TRIM_THRESHOLD_": "0", "GLIBC_TUNABLES": "glibc.malloc.top_pad=4096:glibc.malloc.check=3"}
+    env = {**ON, "MALLOC_TRIM_THRESHOLD_": "0", "GLIBC_TUNABLES": "glibc.malloc.top_pad=4096:glibc.malloc.check=3"}
     assert host_malloc.defaults(env, libc="glibc") == {"MALLOC_MMAP_THRESHOLD_": str(32 * MIB)}
 
 
@@ -45,15 +49,15 @@ def _run(env: dict[str, str]) -> dict:
     return json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
 
 
-@pytest.mark.skipif(host_malloc.defaults({}) == {}, reason="the C library here is not glibc")
-def test_a_run_gets_them_and_reuses_freed_gpu_memory_without_refaulting_it() -> None:
-    got = _run({})
-    assert got["env"] == host_malloc.defaults({})
+@pytest.mark.skipif(host_malloc.defaults(ON) == {}, reason="the C library here is not glibc")
+def test_a_run_that_asks_gets_them_and_reuses_freed_memory_without_refaulting_it() -> None:
+    got = _run(ON)
+    assert got["env"] == host_malloc.defaults(ON)
     # 48 MiB is 12,288 pages: glibc's own thresholds give them back and the next round faults them
     # in again (12,256 on either thread, measured with SIMGPU_MALLOC_DEFAULTS=0); kept, none.
     assert got["main"] < 256 and got["thread"] < 256, got
 
 
 def test_the_users_own_settings_reach_the_program_unchanged() -> None:
-    got = _run({"MALLOC_TRIM_THRESHOLD_": "131072", host_malloc.ENV: "0"})
-    assert got["env"] == {"MALLOC_TRIM_THRESHOLD_": "131072"}
+    got = _run({"MALLOC_TRIM_THRESHOLD_": "131072"})
+    assert got["env"] == {"MALLOC_TRIM_THRESHOLD_": "131072"}  # and nothing added: off by default
