@@ -12,7 +12,9 @@ at load 8.5), the CPU ratio less; the load average goes with every run. Of that 
 part (`*_sys_s`) and rank 0's minor page faults per step (`*_minor_faults`) go with each series too:
 memory that the C library gives back to the system and the next step touches afresh costs the same
 on both sides, but it comes and goes between runs (MALLOC_TRIM_THRESHOLD_ and MALLOC_MMAP_THRESHOLD_
-in the environment hold it still, for plain and simulated alike). --also-no-strict adds a third series
+in the environment hold it still, for plain and simulated alike; `simgpu run` sets them, and
+MALLOC_TOP_PAD_, for its processes with SIMGPU_MALLOC_DEFAULTS=1: simgpu/host_malloc.py, and
+--also-plain-malloc adds a series of plain runs with the same settings). --also-no-strict adds a third series
 with the cross-rank check off (SIMGPU_STRICT=0): what the check costs, in the same run. --baseline DIR adds
 a series simulated by another checkout of simgpu (DIR first on PYTHONPATH, e.g. `git worktree add` or
 `git archive main | tar -x -C DIR`), alternating with the others: a change's before and after in one run.
@@ -36,16 +38,17 @@ def _torchrun(ranks: int) -> list[str]:
 
 
 def run_once(wrap: str, ranks: int, simulated: bool, model: list[str], strict: bool = True,
-             simgpu_tree: str | None = None) -> tuple[float, float, float, float]:
+             simgpu_tree: str | None = None, extra_env: dict[str, str] | None = None) -> tuple[float, float, float, float]:
     """The median wall, CPU and kernel CPU time (seconds) and minor page faults of a step in one run of the training program
     (strict=False: the simulator's cross-rank check off, SIMGPU_STRICT=0, to see what it costs;
-    simgpu_tree: simulated by the simgpu of that checkout instead of this one)."""
+    simgpu_tree: simulated by the simgpu of that checkout instead of this one; extra_env: added to the
+    environment, e.g. plain with `simgpu run`'s malloc settings)."""
     program = [str(PROGRAM), "--wrap", wrap, *model]
     if simulated:
         cmd = [sys.executable, "-m", "simgpu", "run", "--gpus", str(ranks), *_torchrun(ranks), *program]
     else:
         cmd = [*_torchrun(ranks), *program, "--device", "cpu", "--backend", "gloo"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **({} if strict else {"SIMGPU_STRICT": "0"})}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **({} if strict else {"SIMGPU_STRICT": "0"}), **(extra_env or {})}
     if simgpu_tree is not None:
         env["PYTHONPATH"] = os.pathsep.join([simgpu_tree, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
     if not simulated:  # plain CPU processes: on a machine with GPUs, torch must not pick them (FSDP2's mesh)
@@ -73,25 +76,33 @@ def main() -> None:
                         help="a third series in the same run: simulated without the cross-rank check")
     parser.add_argument("--baseline", default=None, metavar="DIR",
                         help="a series simulated by the simgpu checkout in DIR (the change's before, in the same run)")
+    parser.add_argument("--also-plain-malloc", action="store_true",
+                        help="a series of plain runs with the malloc settings `simgpu run` gives its processes "
+                             "(simgpu.host_malloc): how much of the gap those settings would close for plain too")
     parser.add_argument("--json", default=None, help="write the figures here")
     args = parser.parse_args()
     if args.baseline is not None and not (Path(args.baseline) / "simgpu" / "__init__.py").is_file():
         raise SystemExit(f"simgpu_overhead.py: --baseline {args.baseline}: no simgpu package there")
     model = ["--width", str(args.width), "--layers", str(args.layers), "--batch", str(args.batch)]
-    series: dict[str, tuple] = {"plain": (False, True, None), "simulated": (True, not args.no_strict, None)}
+    series: dict[str, tuple] = {"plain": (False, True, None, None), "simulated": (True, not args.no_strict, None, None)}
     if args.also_no_strict:
-        series["no_strict"] = (True, False, None)
+        series["no_strict"] = (True, False, None, None)
     if args.baseline is not None:
-        series["baseline"] = (True, not args.no_strict, str(Path(args.baseline).resolve()))
+        series["baseline"] = (True, not args.no_strict, str(Path(args.baseline).resolve()), None)
+    if args.also_plain_malloc:
+        from simgpu import host_malloc
+
+        series["plain_malloc"] = (False, True, None, host_malloc.defaults({**os.environ, host_malloc.ENV: "1"}))
     rows = []
     for wrap in args.wraps:
         for ranks in args.ranks:
             runs: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in series}
             loads = []
             for _ in range(args.repeats):
-                for name, (simulated, strict, tree) in series.items():
+                for name, (simulated, strict, tree, extra) in series.items():
                     loads.append(os.getloadavg()[0])
-                    runs[name].append(run_once(wrap, ranks, simulated, model, strict=strict, simgpu_tree=tree))
+                    runs[name].append(run_once(wrap, ranks, simulated, model, strict=strict, simgpu_tree=tree,
+                                               extra_env=extra))
             row: dict = {"wrap": wrap, "ranks": ranks, "load_1min": loads}
             for name, got in runs.items():
                 row[f"{name}_s"] = statistics.median(run[0] for run in got)
@@ -107,7 +118,7 @@ def main() -> None:
                     row[f"{prefix}cpu_ratio"] = row[f"{name}_cpu_s"] / row["plain_cpu_s"]
             rows.append(row)
             extra = "".join(f"  {name.replace('_', '-')} {row[f'{name}_ratio']:.2f}x wall {row[f'{name}_cpu_ratio']:.2f}x cpu"
-                            for name in ("no_strict", "baseline") if f"{name}_ratio" in row)
+                            for name in ("no_strict", "baseline", "plain_malloc") if f"{name}_ratio" in row)
             print(f"{wrap:6} {ranks} ranks: plain {row['plain_s'] * 1e3:8.1f} ms ({row['plain_cpu_s'] * 1e3:.1f} cpu)"
                   f"  simulated {row['simulated_s'] * 1e3:8.1f} ms ({row['simulated_cpu_s'] * 1e3:.1f} cpu)"
                   f"  ratio {row['ratio']:.2f}x wall {row['cpu_ratio']:.2f}x cpu{extra}  load {max(loads):.1f}"
@@ -116,13 +127,15 @@ def main() -> None:
                   flush=True)
     if args.json:
         from realgpu.environment import host_run_facts, process_environment
+        from simgpu import host_malloc
 
         meta = {**process_environment("gloo"), **host_run_facts(HERE.parent), "strict": not args.no_strict,
                 "baseline": args.baseline,
                 "load_1min_at_end": os.getloadavg()[0],
                 "model": {"width": args.width, "layers": args.layers, "batch": args.batch, "tokens_per_sample": 16},
                 "repeats": args.repeats, "command": " ".join(sys.argv),
-                "malloc_env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}}
+                "malloc_env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
+                "simulated_malloc_defaults": host_malloc.defaults(os.environ)}
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
 

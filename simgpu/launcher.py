@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from simgpu import reaper, settings
+from simgpu import host_malloc, reaper, settings
 from simgpu._boot.template_proxy import OFF_ENV
 from simgpu.settings import GROUP_SECRET_ENV
 
@@ -110,7 +110,8 @@ def environment(gpus: int, memory_gb: float | None, timeout: float | None = None
                 sim_interface: str | None = None) -> dict[str, str]:
     """The program's environment. With --timeout, the strict deadline sits below it (unless
     SIMGPU_STRICT_TIMEOUT is set), so a rank that never arrives is named before the run is killed.
-    With --sim-interface the sim groups connect over that interface (SIMGPU_SIM_INTERFACE)."""
+    With --sim-interface the sim groups connect over that interface (SIMGPU_SIM_INTERFACE). With
+    SIMGPU_MALLOC_DEFAULTS=1 glibc's malloc keeps freed memory for reuse (simgpu.host_malloc)."""
     env = dict(os.environ)
     if sim_interface is not None:
         env[settings.SIM_INTERFACE_ENV] = sim_interface
@@ -119,6 +120,10 @@ def environment(gpus: int, memory_gb: float | None, timeout: float | None = None
         if strict_timeout is not None:
             env[settings.STRICT_TIMEOUT_ENV] = strict_timeout
     env["SIMGPU_GPUS"] = str(gpus)
+    try:
+        env.update(host_malloc.defaults(env))  # SIMGPU_MALLOC_DEFAULTS=1: freed host memory kept for reuse
+    except ValueError as exc:
+        raise SystemExit(f"simgpu run: {exc}") from None
     if memory_gb is not None:
         env["SIMGPU_GPU_MEMORY_GB"] = str(memory_gb)
     env["PYTHONPATH"] = os.pathsep.join([str(BOOT_DIR), str(BOOT_DIR.parent.parent)]
