@@ -80,6 +80,14 @@ def test_ddp_features_under_torchrun() -> None:
     assert "OK ddp_features" in done.stdout
 
 
+def test_collectives_in_the_profiler_as_nccl_shows_them() -> None:
+    """distributed_test.py's profiling checks: `nccl:<op>` records, asynchronous, with input shapes."""
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    done = simgpu_run(2, torchrun, "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "collective_profiling.py"))
+    assert done.returncode == 0, done.stdout + done.stderr[-5000:]
+    assert "OK collective_profiling 0" in done.stdout and "OK collective_profiling 1" in done.stdout
+
+
 def test_what_pytorchs_own_distributed_tests_need() -> None:
     """Issue 27 (benchmarks/torch_suite/upstream.py): torch._dynamo.reset() with CUDA available, a
     DTensor's device fixed at construction, FSDP2 CPU offload refusing a GPU state dict as on GPUs."""

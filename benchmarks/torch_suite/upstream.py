@@ -50,6 +50,8 @@ FAMILIES: dict[str, list[str]] = {
         "test/distributed/_composable/fsdp/test_fully_shard_init.py",
         "test/distributed/_composable/fsdp/test_fully_shard_frozen.py",
         "test/distributed/_composable/fsdp/test_fully_shard_clip_grad_norm_.py",
+        "test/distributed/_composable/fsdp/test_fully_shard_memory.py",
+        "test/distributed/_composable/fsdp/test_fully_shard_overlap.py",
     ],
     "dtensor": [
         "test/distributed/tensor/test_random_ops.py",
