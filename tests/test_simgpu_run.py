@@ -58,7 +58,7 @@ def _free_port() -> int:
                                          ("rng_state.py", 2), ("autograd_placement.py", 2),
                                          ("cuda_api.py", 2), ("cuda_programs_meet.py", 2),
                                          ("warning_sites.py", 2), ("thread_streams.py", 1),
-                                         ("cuda_sleep.py", 1)])
+                                         ("cuda_sleep.py", 1), ("host_register.py", 1)])
 def test_cuda_semantics(script: str, gpus: int) -> None:
     done = simgpu_run(gpus, str(SCRIPTS / script))
     assert done.returncode == 0, done.stdout + done.stderr
