@@ -30,7 +30,7 @@ TITLES = {
     "reduce_scatter_tensor_coalesced": "nccl:reduce_scatter_tensor_coalesced",
     "gather": "nccl:gather", "scatter": "nccl:scatter",
     "all_to_all": "nccl:all_to_all", "all_to_all_single": "nccl:all_to_all",
-    "barrier": "nccl:all_reduce",  # NCCL's barrier is an all_reduce of one element
+    "barrier": "nccl:all_reduce_barrier",  # an all_reduce of one element, so titled since torch 2.6 (#140785)
 }
 
 _local = threading.local()

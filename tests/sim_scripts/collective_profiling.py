@@ -30,6 +30,7 @@ with torch.autograd.profiler.profile(record_shapes=True) as prof:
         dist.all_gather_into_tensor(out, t)
         dist.all_gather_into_tensor(torch.empty(6, 5, device="cuda"), t)
     cm.wait()
+    dist.barrier()
     if rank == 0:
         dist.send(torch.ones(2, 2, device="cuda"), 1)
     else:
@@ -38,7 +39,7 @@ with torch.autograd.profiler.profile(record_shapes=True) as prof:
 expected = {"nccl:all_reduce": (2, [[3, 5]]), "nccl:all_gather": (1, [[3, 5]]),
             "nccl:_all_gather_base": (1, [[3, 5]]), "nccl:all_to_all": (1, [[4, 2]]),
             "nccl:broadcast": (1, [[3, 5]]), "nccl:all_gather_into_tensor_coalesced": (1, [[3, 5], [3, 5]]),
-            "nccl:send 0->1" if rank == 0 else "nccl:recv 1<-0": (1, [[2, 2]])}
+            "nccl:all_reduce_barrier": (1, [[1]]), "nccl:send 0->1" if rank == 0 else "nccl:recv 1<-0": (1, [[2, 2]])}
 for name, (count, shapes) in expected.items():
     found = [e for e in events(prof, name) if e.name == name]
     assert len(found) == count, (rank, name, [e.name for e in prof.function_events if e.name.startswith("nccl")])
