@@ -429,9 +429,11 @@ def _point_to_point(kind: str) -> Callable:
     """Decorator: send/recv in the program's profiler as NCCL's (simgpu.collective_profiling)."""
     def decorate(method: Callable) -> Callable:
         @functools.wraps(method)
-        def call(self: "SimProcessGroup", tensors: list[Tensor], peer: int, tag: int = 0) -> Any:
+        def call(self: "SimProcessGroup", tensors: list[Tensor], *args: Any, **kwargs: Any) -> Any:
+            named = (v for k, v in kwargs.items() if k in ("dst", "src", "dstRank", "srcRank"))
+            peer = args[0] if args else next(named, -1)
             with collective_profiling.point_to_point(kind, self.rank(), peer, tensors):
-                return method(self, tensors, peer, tag)
+                return method(self, tensors, *args, **kwargs)
         return call
     return decorate
 
