@@ -54,7 +54,7 @@ from torch._C._distributed_c10d import (
     ScatterOptions,
 )
 
-from simgpu import collective_echo, comm_log, faults, gloo_listener
+from simgpu import collective_echo, collective_profiling, comm_log, faults, gloo_listener
 from simgpu import nccl_rules as rules
 from simgpu.cuda_sim import placement, plan
 from simgpu.cuda_sim.tensors import suspended
@@ -405,8 +405,8 @@ def _collective(op: str) -> Callable:
                 faults.before_collective(self, op, args)  # injected faults (simgpu.faults); a no-op unless armed
                 self._local.described = None
                 self._local.no_data = placement._storage_less and _any_meta(args)  # a plan: nothing to move
-                with suspended():  # the simulator's own tensors are plumbing, not simulated-GPU code
-                    result = method(self, *args, **kwargs)
+                with collective_profiling.collective(op, args), suspended():  # NCCL's profiler record; the
+                    result = method(self, *args, **kwargs)  # simulator's own tensors are plumbing, not GPU code
                 if isinstance(result, SimWork):
                     result.what = self._local.described or op
                 self._batched(result)
@@ -421,6 +421,19 @@ def _collective(op: str) -> Callable:
                 if not self._local.checked:
                     self._strict.reject(Call(op, f"{op}({_summarize(args)})"), exc)
                 raise
+        return call
+    return decorate
+
+
+def _point_to_point(kind: str) -> Callable:
+    """Decorator: send/recv in the program's profiler as NCCL's (simgpu.collective_profiling)."""
+    def decorate(method: Callable) -> Callable:
+        @functools.wraps(method)
+        def call(self: "SimProcessGroup", tensors: list[Tensor], *args: Any, **kwargs: Any) -> Any:
+            named = (v for k, v in kwargs.items() if k in ("dst", "src", "dstRank", "srcRank"))
+            peer = args[0] if args else next(named, -1)
+            with collective_profiling.point_to_point(kind, self.rank(), peer, tensors):
+                return method(self, tensors, *args, **kwargs)
         return call
     return decorate
 
@@ -760,7 +773,8 @@ class SimProcessGroup(PythonGroupNames, dist.ProcessGroup):
 
     def reduce_scatter_single_coalesced(self, outputs: list[Tensor], inputs: list[Tensor],
                                         opts: ReduceScatterOptions = ReduceScatterOptions()) -> SimWork:
-        return self._pairwise(self.reduce_scatter_single, outputs, inputs, opts)
+        with collective_profiling.collective("reduce_scatter_tensor_coalesced", (outputs, inputs)):
+            return self._pairwise(self.reduce_scatter_single, outputs, inputs, opts)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -830,7 +844,8 @@ class SimProcessGroup(PythonGroupNames, dist.ProcessGroup):
 
     def all_gather_single_coalesced(self, outputs: list[Tensor], inputs: list[Tensor],
                                     opts: AllgatherOptions = AllgatherOptions()) -> SimWork:
-        return self._pairwise(self.all_gather_single, outputs, inputs, opts)
+        with collective_profiling.collective("all_gather_into_tensor_coalesced", (outputs, inputs)):
+            return self._pairwise(self.all_gather_single, outputs, inputs, opts)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -990,6 +1005,7 @@ class SimProcessGroup(PythonGroupNames, dist.ProcessGroup):
         return [int(s) for s in splits]
 
     # ------------------------------------------------------------------------- point to point
+    @_point_to_point("send")
     def send(self, tensors: list[Tensor], dst: int, tag: int = 0) -> SimWork:
         t = _one(tensors)
         rules.check_p2p_dense(t, self._ctx("send", "tensor"))
@@ -1045,6 +1061,7 @@ class SimProcessGroup(PythonGroupNames, dist.ProcessGroup):
             payload = resized
         return self._gloo.send([payload], dst, wire_tag)
 
+    @_point_to_point("recv")
     def recv(self, tensors: list[Tensor], src: int, tag: int = 0) -> SimWork:
         t = _one(tensors)
         rules.check_p2p_dense(t, self._ctx("recv", "tensor"))

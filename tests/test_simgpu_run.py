@@ -57,7 +57,8 @@ def _free_port() -> int:
 @pytest.mark.parametrize("script,gpus", [("devices_semantics.py", 3), ("child_inherits.py", 3), ("checkpoints.py", 2),
                                          ("rng_state.py", 2), ("autograd_placement.py", 2),
                                          ("cuda_api.py", 2), ("cuda_programs_meet.py", 2),
-                                         ("warning_sites.py", 2), ("thread_streams.py", 1)])
+                                         ("warning_sites.py", 2), ("thread_streams.py", 1),
+                                         ("cuda_sleep.py", 1), ("host_register.py", 1)])
 def test_cuda_semantics(script: str, gpus: int) -> None:
     done = simgpu_run(gpus, str(SCRIPTS / script))
     assert done.returncode == 0, done.stdout + done.stderr
@@ -77,6 +78,14 @@ def test_ddp_features_under_torchrun() -> None:
     done = simgpu_run(2, torchrun, "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "ddp_features.py"))
     assert done.returncode == 0, done.stdout + done.stderr[-5000:]
     assert "OK ddp_features" in done.stdout
+
+
+def test_collectives_in_the_profiler_as_nccl_shows_them() -> None:
+    """distributed_test.py's profiling checks: `nccl:<op>` records, asynchronous, with input shapes."""
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    done = simgpu_run(2, torchrun, "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "collective_profiling.py"))
+    assert done.returncode == 0, done.stdout + done.stderr[-5000:]
+    assert "OK collective_profiling 0" in done.stdout and "OK collective_profiling 1" in done.stdout
 
 
 def test_what_pytorchs_own_distributed_tests_need() -> None:

@@ -50,6 +50,10 @@ FAMILIES: dict[str, list[str]] = {
         "test/distributed/_composable/fsdp/test_fully_shard_init.py",
         "test/distributed/_composable/fsdp/test_fully_shard_frozen.py",
         "test/distributed/_composable/fsdp/test_fully_shard_clip_grad_norm_.py",
+        "test/distributed/_composable/fsdp/test_fully_shard_memory.py",
+        "test/distributed/_composable/fsdp/test_fully_shard_overlap.py",
+        "test/distributed/_composable/fsdp/test_fully_shard_grad_scaler.py",
+        "test/distributed/_composable/fsdp/test_fully_shard_ignore_params.py",
     ],
     "dtensor": [
         "test/distributed/tensor/test_random_ops.py",
@@ -70,6 +74,7 @@ FAMILIES: dict[str, list[str]] = {
         "test/distributed/checkpoint/test_dtensor_checkpoint.py",
         "test/distributed/checkpoint/test_state_dict.py",
         "test/distributed/checkpoint/fsdp/test_fsdp_dsd.py",
+        "test/distributed/checkpoint/test_state_dict_utils.py",
     ],
 }
 # Tests that bind one fixed port (test_device_mesh.py's _set_env_var: MASTER_PORT 25364 with env://): with
@@ -493,8 +498,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default=None, help="regex on test ids (with --chunk, applied before running)")
     p.add_argument("--chunk", type=int, default=0, help="split each file into groups of this many tests")
     p.add_argument("--jobs", type=int, default=1, help="units run at once (default 1)")
-    p.add_argument("--reference", type=Path, default=None,
-                   help="results.json of a real-GPU run: run only the tests that passed there")
+    p.add_argument("--reference", default=None,
+                   help="results.json of a real-GPU run (several joined with commas, merged as --compare does): "
+                        "run only the tests that passed there")
     p.add_argument("--skip-known", type=Path, default=None,
                    help="results.json of an earlier run of the same mode: its tests are not run again (a run that "
                         "continues one cut short by its budget; --compare merges the two)")
@@ -518,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error("--compare REAL SIM [SIM ...]")
         return compare_main(args.compare[0].split(","), [Path(p) for p in args.compare[1:]], args.markdown)
     if args.reference:
-        args.reference = json.loads(args.reference.read_text())["results"]
+        args.reference = merged([Path(p) for p in args.reference.split(",")])["results"]
     args.skip_known = set(json.loads(args.skip_known.read_text())["results"]) if args.skip_known else set()
     return run_main(args)
 

@@ -57,8 +57,8 @@ def activate(gpus: int | None = None) -> None:
     deferred_imports.begin()  # what the simulation imports for itself stays hidden from the program
     preload()
     from simgpu.cuda_sim import (api, attention, autocast, comm, cuda_build, cuda_kernels, distributed, dtensor_new,
-                                 fake_tensors, generator_identity, half_fft, half_kernels, higher_order, norm_kernels,
-                                 random_ops, serialization, surface, tensors, warning_sites)
+                                 fake_tensors, generator_identity, half_fft, half_kernels, higher_order, host_register,
+                                 norm_kernels, random_ops, serialization, surface, tensors, warning_sites)
 
     from simgpu.cuda_sim import plan
 
@@ -71,6 +71,7 @@ def activate(gpus: int | None = None) -> None:
     surface.install_extension_refusals()
     comm.install()
     distributed.install()
+    host_register.install()
     serialization.install()
     tensors.install()
     autocast.install()

@@ -126,6 +126,20 @@ def synchronize(device: Any = None) -> None:
     _index(device)  # validates; host execution is already complete
 
 
+SLEEP_CYCLES_PER_MS = 1_980_000  # an H100/H200 SXM's SM clock at boost, 1980 MHz
+
+
+def _sleep(cycles: int) -> None:
+    """torch.cuda._sleep: a kernel that spins for `cycles` GPU clock cycles, which PyTorch's tests put on
+    streams to stand for compute or communication time (FSDP's delays, get_cycles_per_ms). A CPU executes
+    in issue order and events time the host, so it is the host waiting as long as the GPU would spin."""
+    if isinstance(cycles, bool) or not isinstance(cycles, int):
+        raise TypeError(f"_cuda_sleep(): argument 'cycles' must be int, not {type(cycles).__name__}")
+    devices.mark_initialized()
+    if cycles > 0:
+        time.sleep(cycles / SLEEP_CYCLES_PER_MS / 1000.0)
+
+
 def _event_base() -> type:
     """torch 2.4's dynamo requires torch.cuda.Event to derive from its abstract _EventBase."""
     try:
@@ -496,7 +510,7 @@ TORCH_CUDA = {
     "max_memory_allocated": max_memory_allocated, "reset_peak_memory_stats": reset_peak_memory_stats,
     "memory_reserved": memory_reserved, "max_memory_reserved": max_memory_reserved,
     "mem_get_info": mem_get_info, "empty_cache": empty_cache, "is_initialized": is_initialized, "init": init,
-    "_lazy_init": _lazy_init, "is_bf16_supported": is_bf16_supported, "is_tf32_supported": is_tf32_supported,
+    "_lazy_init": _lazy_init, "_sleep": _sleep, "is_bf16_supported": is_bf16_supported, "is_tf32_supported": is_tf32_supported,
     "get_arch_list": lambda: ["sm_90"], "is_current_stream_capturing": lambda: False,
     "memory_stats": memory_stats, "memory_summary": memory_summary,
     "set_per_process_memory_fraction": set_per_process_memory_fraction, "ipc_collect": _nothing,

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from simgpu.cuda_sim import attention, devices, generators, half_fft, legacy_types, placement
+from simgpu.cuda_sim import attention, devices, generators, half_fft, host_register, legacy_types, placement
 from simgpu.cuda_sim.errors import SimulationError
 from simgpu.cuda_sim.placement import suspended  # noqa: F401  (the simulator's plumbing imports it from here)
 
@@ -316,7 +316,10 @@ def _pinned(t: Any) -> Any:
 
 
 def _is_pinned(self: torch.Tensor, *args: Any, **kwargs: Any) -> bool:
-    return bool(getattr(self.untyped_storage(), "_simgpu_pinned", False))
+    if getattr(self.untyped_storage(), "_simgpu_pinned", False):
+        return True
+    # host memory pinned in place (cudaHostRegister, simgpu.cuda_sim.host_register), as CUDA reports it
+    return devices.device_of(self) is None and self.data_ptr() != 0 and host_register.is_registered(self.data_ptr())
 
 
 def _record_stream(self: torch.Tensor, stream: Any) -> None:
