@@ -146,6 +146,25 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def _still_alive(pids: list[int], within: float = 30.0) -> list[str]:
+    """The pids not yet dead (zombie or gone) after up to `within` seconds, each with its state and command.
+    A killed process releases its memory (so its environment no longer reads, and Run.marked() misses it)
+    a moment before it becomes a zombie: one seen in between is dying, not outliving the run."""
+    deadline = time.monotonic() + within
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    alive = []
+    for pid in pids:
+        if _alive(pid):
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            alive.append(f"pid {pid} state {stat.rsplit(')', 1)[1].split()[0]}: {cmd[:200]}")
+    return alive
+
+
 @pytest.mark.parametrize("how", ["launcher SIGINT", "launcher SIGKILL", pytest.param("timeout", marks=pytest.mark.full)])
 def test_nothing_outlives_a_run_served_by_the_template(tmp_path: Path, how: str) -> None:
     run = Run(tmp_path, *(["--timeout", "60"] if how == "timeout" else []))
@@ -158,7 +177,8 @@ def test_nothing_outlives_a_run_served_by_the_template(tmp_path: Path, how: str)
         if how == "timeout":
             assert code == 124, err
         assert run.left() == [], f"outlived simgpu run ({how})"
-        assert not any(_alive(p) for p in [*pids, template])
+        alive = _still_alive([*pids, template])
+        assert not alive, f"outlived simgpu run ({how}): {alive}"
     finally:
         run.proc.kill()
         run.left(0)
