@@ -476,7 +476,7 @@ class SimProcessGroup(PythonGroupNames, dist.ProcessGroup):
     def __new__(cls, *args: Any, **kwargs: Any) -> "SimProcessGroup":
         """A plan of a sample of ranks (`simgpu run --plan GPU --ranks ...`) makes every group a
         plan_roles.SoloGroup: its collectives complete in the caller, as the other members do not run."""
-        if cls is SimProcessGroup and os.environ.get("SIMGPU_PLAN_RANKS"):
+        if cls is SimProcessGroup and os.environ.get(plan.ENV_RANKS):
             from simgpu.cuda_sim import plan_roles
 
             cls = plan_roles.SoloGroup

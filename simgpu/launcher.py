@@ -224,9 +224,7 @@ def _run_plan(cmd: list[str], gpu_name: str, env: dict[str, str], memory_gb: flo
     if trace is not None:
         env[plan.ENV_TRACE] = "1"
     if sample is not None:
-        from simgpu.cuda_sim import plan_roles
-
-        env[plan_roles.ENV_RANKS] = ",".join(map(str, sample))
+        env[plan.ENV_RANKS] = ",".join(map(str, sample))
     if memory_gb is None:
         env["SIMGPU_GPU_MEMORY_GB"] = repr((gpu.total_memory - gpu.context_bytes - gpu.nccl_bytes_per_comm) / 2**30)
         # (one communicator's buffers assumed: a program with several has less for its tensors)

@@ -106,7 +106,7 @@ def _serve_from_template():
 def _not_in_the_plans_sample():
     """A torchrun worker whose rank a plan of a sample of ranks (`--ranks`, cuda_sim/plan_roles.py) does not
     run: it exits at once, before importing anything (the ranks that run never wait for it)."""
-    sample = os.environ.get("SIMGPU_PLAN_RANKS")
+    sample = os.environ.get("SIMGPU_PLAN_RANKS")  # simgpu.cuda_sim.plan.ENV_RANKS (nothing imported yet here)
     rank = os.environ.get("RANK")
     if not sample or rank is None or "TORCHELASTIC_RESTART_COUNT" not in os.environ:
         return False

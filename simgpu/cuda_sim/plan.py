@@ -45,6 +45,7 @@ from simgpu.cuda_sim import plan_host
 ENV_GPU = "SIMGPU_PLAN"
 ENV_DIR = "SIMGPU_PLAN_DIR"
 ENV_TRACE = "SIMGPU_PLAN_TRACE"  # set: each rank keeps its ops and collectives for `--trace FILE`
+ENV_RANKS = "SIMGPU_PLAN_RANKS"  # the ranks a plan of a sample runs (`--ranks`, plan_roles.py; _boot reads it too)
 MAX_TRACE_EVENTS = 400_000  # per rank; later ones are counted, not kept
 MIN_KERNEL_US = 2.0  # the shortest a GPU kernel takes (launch to end), stated, not measured
 _lock = threading.Lock()
