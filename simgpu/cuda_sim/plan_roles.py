@@ -35,7 +35,8 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.distributed import ReduceOp
 
-ENV_RANKS = "SIMGPU_PLAN_RANKS"
+from simgpu.cuda_sim.plan import ENV_RANKS
+
 RedOpType = ReduceOp.RedOpType
 _lock = threading.Lock()
 _GROUPS: dict[str, "SoloGroup"] = {}  # group name -> this process's group: their call sequences
@@ -221,10 +222,7 @@ class SoloGroup(SimProcessGroup):
                 self._ranks = self.global_ranks()  # now: after destroy_process_group torch no longer knows them
             self._calls.append(f"{op}({before or ', '.join(_describe(t) for t in _flat(args))}){extra}")
         end = plan.RECORDER.collective(op, self.size(), args, id(self)) if plan.RECORDER is not None else None
-        work = SoloWork(outputs, end)
-        if self._coalescing is not None:
-            self._coalescing.append(work)
-        return work
+        return self._queued(SoloWork(outputs, end))
 
     def global_ranks(self) -> list[int]:
         try:
@@ -367,30 +365,34 @@ class SoloGroup(SimProcessGroup):
                                f"add rank {peer} to --ranks (a sample must hold whole pipelines)")
         return peer
 
-    def send(self, tensors: list[Tensor], dst: int, tag: int = 0) -> SoloWork:
+    def _message(self, kind: str, tensors: list[Tensor], peer: int, numbered: dict[int, int]) -> tuple[float | None, int]:
+        """A send's or recv's start: the peer must run, the plan records the op (its end on the stream), and
+        the message takes the pair's next number in `numbered` (this rank's sends or recvs per peer)."""
         from simgpu.cuda_sim import plan
 
-        self._peer(dst, "sends to")
-        t = tensors[0]
-        end = plan.RECORDER.collective("send", 2, [tensors, dst], id(self)) if plan.RECORDER is not None else None
-        seq = self._sent.get(dst, 0)
-        self._sent[dst] = seq + 1
-        header = {"time": end, "dtype": str(t.dtype), "shape": list(t.shape)}
-        body = _bytes_of(t) if _has_data(t) else b""
-        self._store.set(f"simgpu-p2p/{self.rank()}/{dst}/{seq}", json.dumps(header).encode() + b"\n" + body)
-        work = SoloWork(tensors, end)
+        self._peer(peer, "sends to" if kind == "send" else "receives from")
+        end = plan.RECORDER.collective(kind, 2, [tensors, peer], id(self)) if plan.RECORDER is not None else None
+        seq = numbered.get(peer, 0)
+        numbered[peer] = seq + 1
+        return end, seq
+
+    def _queued(self, work: SoloWork) -> SoloWork:
+        """Hand back a finished work; inside a coalescing block it also joins the block's works."""
         if self._coalescing is not None:
             self._coalescing.append(work)
         return work
 
-    def recv(self, tensors: list[Tensor], src: int, tag: int = 0) -> SoloWork:
-        from simgpu.cuda_sim import plan
-
-        self._peer(src, "receives from")
+    def send(self, tensors: list[Tensor], dst: int, tag: int = 0) -> SoloWork:
         t = tensors[0]
-        end = plan.RECORDER.collective("recv", 2, [tensors, src], id(self)) if plan.RECORDER is not None else None
-        seq = self._received.get(src, 0)
-        self._received[src] = seq + 1
+        end, seq = self._message("send", tensors, dst, self._sent)
+        header = {"time": end, "dtype": str(t.dtype), "shape": list(t.shape)}
+        body = _bytes_of(t) if _has_data(t) else b""
+        self._store.set(f"simgpu-p2p/{self.rank()}/{dst}/{seq}", json.dumps(header).encode() + b"\n" + body)
+        return self._queued(SoloWork(tensors, end))
+
+    def recv(self, tensors: list[Tensor], src: int, tag: int = 0) -> SoloWork:
+        t = tensors[0]
+        end, seq = self._message("recv", tensors, src, self._received)
         key = f"simgpu-p2p/{src}/{self.rank()}/{seq}"
 
         def arrive() -> float | None:
@@ -408,10 +410,7 @@ class SoloGroup(SimProcessGroup):
                 self._guarded(lambda: t.view(-1).view(torch.uint8).copy_(data))
             return header["time"]
 
-        work = SoloWork(tensors, end, arrive)
-        if self._coalescing is not None:
-            self._coalescing.append(work)
-        return work
+        return self._queued(SoloWork(tensors, end, arrive))
 
     def recv_anysource(self, tensors: list[Tensor], tag: int = 0) -> SoloWork:
         raise RuntimeError("simgpu plan --ranks: recv from any source is not supported (which rank would send?)")
