@@ -124,7 +124,7 @@ class PairRendezvous:
         return EAGER_SEND_BYTES is not None and nbytes <= EAGER_SEND_BYTES
 
     def await_recv(self, peer: int, site: str, settled: Callable[[float], bool], abandon: Callable[[], None],
-                   recv_key: str | None = None) -> None:
+                   recv_key: str) -> None:
         """A send to `peer` is waited for and its recv is not posted: mark this rank blocked on the peer
         while it waits, and raise P2PDeadlock when the blocked ranks form a cycle back here (two ranks that
         both send first; a ring of blocking sends), the same detection as first calls' (see _cycle).
@@ -135,7 +135,7 @@ class PairRendezvous:
         if settled(_BLOCKED_GRACE_S) or not strict.enabled():
             return
         key = self._key("blocked", self.rank)
-        text = f"{peer}|send{'@' + recv_key if recv_key else ''}|{site}"
+        text = f"{peer}|send@{recv_key}|{site}"
         self.store.set(key, self._signer.seal(key, text) if self._signer is not None else text)
         pause = 0.005
         while not settled(pause):
@@ -190,7 +190,7 @@ class PairRendezvous:
         if self._signer is not None:
             text = self._signer.verified(key, text)
         peer, op, site = text.split("|", 2)
-        op, _, recv_key = op.partition("@")
+        op, _, recv_key = op.partition("@")  # a waited send's record names its recv's key; a first call's does not
         if recv_key and self.store.check([recv_key]):
             return None  # the send's recv is posted: its rank is no longer blocked (await_recv)
         return int(peer), op, site
