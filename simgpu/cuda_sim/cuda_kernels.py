@@ -16,13 +16,10 @@ from typing import Any, Callable
 import torch
 
 from simgpu.cuda_sim import attention_kernels, linalg_kernels
+from simgpu.cuda_sim.norm_kernels import wide  # half-precision statistics in float32, as CUDA's
 
 Tensor = torch.Tensor
 aten = torch.ops.aten
-
-
-def _acc(t: Tensor) -> Tensor:
-    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
 
 def _per_channel(t: Tensor, like: Tensor) -> Tensor:
@@ -35,7 +32,7 @@ def _reduce_dims(t: Tensor) -> list[int]:
 
 
 def batch_norm_stats(input: Tensor, eps: float) -> tuple[Tensor, Tensor]:  # noqa: A002 - aten's names
-    x = _acc(input)
+    x = wide(input)
     dims = _reduce_dims(x)
     mean = x.mean(dims)
     var = x.var(dims, unbiased=False)
@@ -60,7 +57,7 @@ def batch_norm_gather_stats_with_counts(input: Tensor, mean: Tensor, invstd: Ten
 
 def batch_norm_elemt(input: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor,  # noqa: A002
                      invstd: Tensor, eps: float) -> Tensor:
-    out = (_acc(input) - _per_channel(mean, input)) * _per_channel(invstd, input)
+    out = (wide(input) - _per_channel(mean, input)) * _per_channel(invstd, input)
     if weight is not None:
         out = out * _per_channel(weight.float() if weight.dtype != out.dtype else weight, input)
     if bias is not None:
@@ -72,9 +69,9 @@ def batch_norm_backward_reduce(grad_out: Tensor, input: Tensor, mean: Tensor, in
                                weight: Tensor | None, input_g: bool, weight_g: bool,
                                bias_g: bool) -> tuple[Tensor | None, ...]:
     dims = _reduce_dims(input)
-    dy = _acc(grad_out)
+    dy = wide(grad_out)
     sum_dy = dy.sum(dims)
-    sum_dy_xmu = (dy * (_acc(input) - _per_channel(mean, input))).sum(dims)
+    sum_dy_xmu = (dy * (wide(input) - _per_channel(mean, input))).sum(dims)
     grad_weight = (sum_dy_xmu * invstd).to(weight.dtype) if weight_g and weight is not None else None
     grad_bias = sum_dy.to(weight.dtype if weight is not None else sum_dy.dtype) if bias_g else None
     return (sum_dy if input_g else None, sum_dy_xmu if input_g else None, grad_weight, grad_bias)
@@ -86,8 +83,8 @@ def batch_norm_backward_elemt(grad_out: Tensor, input: Tensor, mean: Tensor, inv
     mean_dy = _per_channel(sum_dy / total, input)
     mean_dy_xmu = _per_channel(sum_dy_xmu / total, input)
     istd = _per_channel(invstd, input)
-    xmu = _acc(input) - _per_channel(mean, input)
-    grad = (_acc(grad_out) - mean_dy - xmu * istd * istd * mean_dy_xmu) * istd
+    xmu = wide(input) - _per_channel(mean, input)
+    grad = (wide(grad_out) - mean_dy - xmu * istd * istd * mean_dy_xmu) * istd
     if weight is not None:
         grad = grad * _per_channel(weight.to(grad.dtype), input)
     return grad.to(input.dtype).contiguous(memory_format=_format(input))

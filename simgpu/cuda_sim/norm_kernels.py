@@ -26,7 +26,8 @@ _HALF = (torch.float16, torch.bfloat16)
 _OUT_KWARGS = ("out", "save_mean", "save_invstd", "reserve", "out0", "out1", "out2", "out3")
 
 
-def _wide(t: Any) -> Any:
+def wide(t: Any) -> Any:
+    """A float16/bfloat16 tensor in CUDA's accumulation type (float32); anything else as it is."""
     return t.float() if isinstance(t, Tensor) and t.dtype in _HALF else t
 
 
@@ -38,14 +39,14 @@ def batch_norm(input: Tensor, weight: Tensor | None, bias: Tensor | None, runnin
                running_var: Tensor | None, training: bool, momentum: float, eps: float) -> tuple[Tensor, Tensor, Tensor]:
     """CUDA's batch_norm_cuda: (output, save_mean, save_invstd), the statistics in the accumulation type."""
     half = input.dtype in _HALF
-    wide_mean, wide_var = (_wide(running_mean), _wide(running_var)) if half else (running_mean, running_var)
+    wide_mean, wide_var = (wide(running_mean), wide(running_var)) if half else (running_mean, running_var)
     out, mean, invstd = aten.native_batch_norm.default(
-        _wide(input) if half else input, _wide(weight) if half else weight, _wide(bias) if half else bias,
+        wide(input) if half else input, wide(weight) if half else weight, wide(bias) if half else bias,
         wide_mean, wide_var, training, momentum, eps)
     if training:
-        for narrow, wide in ((running_mean, wide_mean), (running_var, wide_var)):
-            if narrow is not None and wide is not narrow:
-                narrow.copy_(wide)  # the update computed wide, stored in the running statistics' dtype
+        for narrow, widened in ((running_mean, wide_mean), (running_var, wide_var)):
+            if narrow is not None and widened is not narrow:
+                narrow.copy_(widened)  # the update computed wide, stored in the running statistics' dtype
     elif running_mean is not None and running_var is not None:
         acc = _acc(input.dtype)
         mean = running_mean.to(acc, copy=True)
@@ -57,7 +58,7 @@ def batch_norm_backward(grad_out: Tensor, input: Tensor, weight: Tensor | None, 
                         run: Callable[..., Any]) -> tuple[Tensor | None, ...]:
     """A batch norm backward op (native_batch_norm_backward, batch_norm_backward) of a half input: computed in
     float32 on float32 statistics, each gradient rounded to its tensor's dtype."""
-    grads = run(_wide(grad_out), _wide(input), _wide(weight), *(_wide(r) for r in rest))
+    grads = run(wide(grad_out), wide(input), wide(weight), *(wide(r) for r in rest))
     param = weight.dtype if weight is not None else input.dtype
     return tuple(None if g is None else g.to(dtype) for g, dtype in zip(grads, (input.dtype, param, param)))
 
@@ -65,14 +66,14 @@ def batch_norm_backward(grad_out: Tensor, input: Tensor, weight: Tensor | None, 
 def layer_norm(input: Tensor, normalized_shape: Any, weight: Tensor | None, bias: Tensor | None,  # noqa: A002
                eps: float) -> tuple[Tensor, Tensor, Tensor]:
     """CUDA's layer norm of a half input: output in its dtype, mean and rstd in float32."""
-    out, mean, rstd = aten.native_layer_norm.default(_wide(input), normalized_shape, _wide(weight), _wide(bias), eps)
+    out, mean, rstd = aten.native_layer_norm.default(wide(input), normalized_shape, wide(weight), wide(bias), eps)
     return out.to(input.dtype), mean, rstd
 
 
 def layer_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape: Any, mean: Tensor, rstd: Tensor,  # noqa: A002
                         weight: Tensor | None, bias: Tensor | None, output_mask: Any) -> tuple[Tensor | None, ...]:
-    grads = aten.native_layer_norm_backward.default(_wide(grad_out), _wide(input), normalized_shape, _wide(mean),
-                                                     _wide(rstd), _wide(weight), _wide(bias), output_mask)
+    grads = aten.native_layer_norm_backward.default(wide(grad_out), wide(input), normalized_shape, wide(mean),
+                                                     wide(rstd), wide(weight), wide(bias), output_mask)
     dtypes = (input.dtype, (weight if weight is not None else input).dtype, (bias if bias is not None else input).dtype)
     return tuple(None if g is None else g.to(dtype) for g, dtype in zip(grads, dtypes))
 
