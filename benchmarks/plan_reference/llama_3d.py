@@ -9,11 +9,14 @@
 
 Sizes: `8b` is Llama 3 8B's shape (4096 wide, 32 layers, 32 heads, SwiGLU 14336, vocabulary 128256, the
 heads not grouped), `tiny` a few MB for tests. Each rank prints one JSON line: its coordinates and the
-allocator's peaks.
+allocator's peaks and the median step time after `--warmup` steps
+(host time between synchronizes; under a plan, the plan's clock).
 """
 import argparse
 import json
 import os
+import statistics
+import time
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +41,7 @@ class Size:
 
 GPUS_PER_NODE = 8
 SIZES = {"8b": Size(dim=4096, layers=32, heads=32, ffn=14336, vocab=128256, seq=8192),
+         "small": Size(dim=1024, layers=8, heads=16, ffn=4096, vocab=32000, seq=2048),
          "tiny": Size(dim=64, layers=4, heads=4, ffn=128, vocab=256, seq=32)}
 
 
@@ -105,6 +109,7 @@ def main():
     parser.add_argument("--microbatches", type=int, default=8, help="per pipeline and step")
     parser.add_argument("--microbatch-size", type=int, default=1, help="sequences per microbatch and dp rank")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1, help="steps left out of step_ms")
     args = parser.parse_args()
     s = SIZES[args.size]
     pp, dp, tp = args.mesh
@@ -136,7 +141,10 @@ def main():
     schedule = Schedule1F1B(stage, n_microbatches=args.microbatches, loss_fn=loss_fn)
     batch = args.microbatches * args.microbatch_size
     g = torch.Generator().manual_seed(0)  # the same tokens on every rank (a plan's branches agree)
-    for _ in range(args.steps):
+    times = []
+    for step in range(args.steps):
+        torch.cuda.synchronize(device)
+        started = time.perf_counter()
         tokens = torch.randint(0, s.vocab, (batch, s.seq + 1), generator=g)
         optimizer.zero_grad()
         if pp_rank == 0:
@@ -146,8 +154,12 @@ def main():
         else:
             schedule.step()
         optimizer.step()
+        torch.cuda.synchronize(device)
+        if step >= args.warmup:
+            times.append((time.perf_counter() - started) * 1e3)
     line = {"rank": dist.get_rank(), "pp": pp_rank, "dp": dp_rank, "tp": tp_rank,
-            "max_allocated": torch.cuda.max_memory_allocated(), "max_reserved": torch.cuda.max_memory_reserved()}
+            "max_allocated": torch.cuda.max_memory_allocated(), "max_reserved": torch.cuda.max_memory_reserved(),
+            "step_ms": statistics.median(times) if times else None, "step_ms_all": times}
     os.write(1, (json.dumps(line) + "\n").encode())
     dist.destroy_process_group()
 
