@@ -11,7 +11,7 @@ inputs"), follows CUDA's reduction: NaN elements (a NaN real or imaginary part) 
 Only the (op, dtype) pairs listed, which CUDA runs (the OpInfo sweep's CUDA record says so), are handled:
 elsewhere the host's refusal stands, as CUDA's would. Host tensors are never widened.
 HANDLERS holds CUDA's formula for ops whose CUDA kernel answers otherwise than the host's: trace (CUDA's
-diagonal().sum(), which meets CUDA autocast's sum), integer remainder/fmod by zero (the dividend, where the
+diagonal().sum(), which meets CUDA autocast's sum), integer remainder/fmod by zero (all ones, as an H200 gives, where the
 host raises) and rrelu_with_noise (float16 computed wide, its noise from the GPU's generator).
 """
 from __future__ import annotations
@@ -126,8 +126,10 @@ def _trace(run_op: Callable, args: tuple, kwargs: dict) -> Any:
 
 def _integer_remainder(run_op: Callable, args: tuple, kwargs: dict) -> Any:
     """remainder/fmod of integers by zero: the host raises ZeroDivisionError, CUDA's kernel divides (an integer
-    division by zero does not trap on a GPU: the quotient is all ones, so the remainder a - q * 0 is a, and
-    remainder's sign fix-up adds the zero divisor). On a simulated GPU the result there is the dividend."""
+    division by zero does not trap on a GPU). What an H200 returns there (torch 2.11+cu130,
+    benchmarks/cuda_references/integer_remainder_by_zero.py): all ones for the 8-, 16- and 32-bit types (-1;
+    255 for uint8, whose arithmetic is done in int), and for int64 0xFFFFFFFF (4294967295) where the dividend is
+    not negative and -1 where it is; remainder's sign fix-up adds the zero divisor, so fmod and remainder agree."""
     from simgpu.cuda_sim import placement
 
     index = placement.gpu_of(placement.tensors_of(args, kwargs))
@@ -143,8 +145,15 @@ def _integer_remainder(run_op: Callable, args: tuple, kwargs: dict) -> Any:
     if not bool(zero.any()):
         return placement.label(run_op(*args), index)
     safe = torch.where(zero, torch.ones((), dtype=divisor.dtype), divisor) if isinstance(divisor, torch.Tensor) else 1
-    kept = torch.as_tensor(dividend).to(dtype)
-    return placement.label(torch.where(zero, kept, run_op(dividend, safe)).to(dtype), index)
+    by_zero = _remainder_by_zero(torch.as_tensor(dividend), dtype)
+    return placement.label(torch.where(zero, by_zero, run_op(dividend, safe)).to(dtype), index)
+
+
+def _remainder_by_zero(dividend: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """CUDA's integer remainder of `dividend` by zero, in `dtype` (see _integer_remainder)."""
+    if dtype == torch.int64:
+        return torch.where(dividend < 0, torch.tensor(-1, dtype=dtype), torch.tensor(0xFFFFFFFF, dtype=dtype))
+    return torch.full((), -1, dtype=torch.int64).to(dtype)  # all ones: -1, or 255 for uint8
 
 
 def _rrelu_with_noise(run_op: Callable, args: tuple, kwargs: dict) -> Any:

@@ -5,8 +5,9 @@ host refuses it ("linalg.lu_factor: LU without pivoting is not implemented on th
 `linalg_lu` and `linalg_lu_factor_ex`. Here both follow CUDA's outputs: Doolittle's elimination over the
 batch (no row exchanges), L unit lower triangular (m x k), U upper triangular (k x n), k = min(m, n), P
 empty (torch's meta function and CUDA give (0,)); lu_factor's pivots are the trivial permutation 1..k
-(int32, LAPACK's 1-based form, as CUDA fills them), info the 1-based index of the first zero pivot (0 when none), as getrf reports it. A zero pivot is
-divided by as on the GPU: the factors then hold inf/NaN (torch's documentation says so of pivot=False), and
+(int32, LAPACK's 1-based form, as CUDA fills them), info the 1-based index of the first zero pivot (0 when
+none), as getrf reports it. A zero pivot's column is not divided (LAPACK's getf2 skips it; on an H200 the
+factors of [[0, 1], [1, 0]] stay finite, benchmarks/cuda_references/integer_remainder_by_zero.py), and
 lu_factor, which checks info, raises torch's own error. Calls with pivoting, and host tensors, run the
 host's kernel.
 """
@@ -29,7 +30,8 @@ def lu_no_pivot(A: Tensor) -> tuple[Tensor, Tensor]:
         pivot = lu[..., j, j]
         info = torch.where((info == 0) & (pivot == 0), torch.tensor(j + 1, dtype=torch.int32), info)
         if j + 1 < m:
-            lu[..., j + 1:, j] /= pivot.unsqueeze(-1)
+            # a zero pivot's column is left unscaled (LAPACK's getf2 does so, and an H200's factors stay finite)
+            lu[..., j + 1:, j] /= torch.where(pivot == 0, torch.ones((), dtype=lu.dtype), pivot).unsqueeze(-1)
             if j + 1 < n:
                 lu[..., j + 1:, j + 1:] -= lu[..., j + 1:, j:j + 1] * lu[..., j:j + 1, j + 1:]
     return lu, info

@@ -4,7 +4,8 @@ found by the every-sample OpInfo sweep on a GPU box (issue 26). Each check fails
   (norm_kernels.py), and training through nn.LayerNorm / nn.BatchNorm in float16/bfloat16 still works;
 - LU without pivoting (linalg_kernels.py), which the host refuses;
 - trace is CUDA's diagonal().sum(), so CUDA autocast gives float32 (half_kernels.py);
-- integer remainder/fmod by zero gives the dividend, where the host raises (half_kernels.py);
+- integer remainder/fmod by zero gives what an H200 gives (all ones; int64: 0xFFFFFFFF or -1), where the host
+  raises (half_kernels.py);
 - float16 rrelu, its noise drawn from the GPU's generator (half_kernels.py)."""
 import torch
 import torch.nn.functional as F
@@ -129,14 +130,15 @@ with torch.autocast("cuda", dtype=torch.bfloat16):
     assert torch.trace(m.to(gpu, torch.float64)).dtype == torch.float64
 assert torch.trace(m.to(gpu, torch.bfloat16)).dtype == torch.bfloat16
 
-# ---- integer remainder and fmod by zero: the dividend, no ZeroDivisionError ------------------------------
+# ---- integer remainder and fmod by zero: an H200's answers, no ZeroDivisionError ---------------------------
 divisor = torch.tensor([0, 3, -3, 0], dtype=torch.int32)
 dividend = torch.tensor([7, -7, 7, -5], dtype=torch.int32)
-assert torch.equal((dividend.to(gpu) % divisor.to(gpu)).cpu(), torch.tensor([7, 2, -2, -5], dtype=torch.int32))
-assert torch.equal(torch.fmod(dividend.to(gpu), divisor.to(gpu)).cpu(), torch.tensor([7, -1, 1, -5], dtype=torch.int32))
-assert torch.equal((5 % divisor.to(gpu, torch.int8)).cpu(), torch.tensor([5, 2, -1, 5], dtype=torch.int8))
-assert torch.equal(torch.remainder(dividend.to(gpu), 0).cpu(), dividend)
-assert torch.equal((dividend.to(gpu) % divisor.to(gpu)).cpu(), torch.tensor([7, 2, -2, -5], dtype=torch.int32))
+assert torch.equal((dividend.to(gpu) % divisor.to(gpu)).cpu(), torch.tensor([-1, 2, -2, -1], dtype=torch.int32))
+assert torch.equal(torch.fmod(dividend.to(gpu), divisor.to(gpu)).cpu(), torch.tensor([-1, -1, 1, -1], dtype=torch.int32))
+assert torch.equal((5 % divisor.to(gpu, torch.int8)).cpu(), torch.tensor([-1, 2, -1, -1], dtype=torch.int8))
+assert torch.equal((5 % divisor.to(gpu, torch.uint8)).cpu(), torch.tensor([255, 2, 5, 255], dtype=torch.uint8))
+assert torch.equal(torch.remainder(dividend.to(gpu, torch.int64), 0).cpu(),
+                   torch.tensor([0xFFFFFFFF, -1, 0xFFFFFFFF, -1], dtype=torch.int64))
 try:
     dividend % divisor  # the host raises, as torch's CPU kernel does
 except RuntimeError as e:
