@@ -38,12 +38,14 @@ def _torchrun(ranks: int) -> list[str]:
 
 
 def run_once(wrap: str, ranks: int, simulated: bool, model: list[str], strict: bool = True,
-             simgpu_tree: str | None = None, extra_env: dict[str, str] | None = None) -> tuple[float, float, float, float]:
+             simgpu_tree: str | None = None, extra_env: dict[str, str] | None = None,
+             extra_args: tuple[str, ...] = ()) -> tuple[float, float, float, float]:
     """The median wall, CPU and kernel CPU time (seconds) and minor page faults of a step in one run of the training program
     (strict=False: the simulator's cross-rank check off, SIMGPU_STRICT=0, to see what it costs;
     simgpu_tree: simulated by the simgpu of that checkout instead of this one; extra_env: added to the
-    environment, e.g. plain with `simgpu run`'s malloc settings)."""
-    program = [str(PROGRAM), "--wrap", wrap, *model]
+    environment, e.g. plain with `simgpu run`'s malloc settings; extra_args: added to the program's, e.g.
+    plain with AdamW's foreach kernels)."""
+    program = [str(PROGRAM), "--wrap", wrap, *model, *extra_args]
     if simulated:
         cmd = [sys.executable, "-m", "simgpu", "run", "--gpus", str(ranks), *_torchrun(ranks), *program]
     else:
@@ -79,30 +81,37 @@ def main() -> None:
     parser.add_argument("--also-plain-malloc", action="store_true",
                         help="a series of plain runs with the malloc settings `simgpu run` gives its processes "
                              "(simgpu.host_malloc): how much of the gap those settings would close for plain too")
+    parser.add_argument("--also-plain-foreach", action="store_true",
+                        help="a series of plain runs with AdamW's foreach kernels, the ones torch picks for CUDA "
+                             "tensors and so for simulated GPUs: the simulation's own cost, apart from CUDA's choice")
     parser.add_argument("--json", default=None, help="write the figures here")
     args = parser.parse_args()
     if args.baseline is not None and not (Path(args.baseline) / "simgpu" / "__init__.py").is_file():
         raise SystemExit(f"simgpu_overhead.py: --baseline {args.baseline}: no simgpu package there")
     model = ["--width", str(args.width), "--layers", str(args.layers), "--batch", str(args.batch)]
-    series: dict[str, tuple] = {"plain": (False, True, None, None), "simulated": (True, not args.no_strict, None, None)}
+    # name: (simulated, strict, simgpu tree, extra environment, extra program arguments)
+    series: dict[str, tuple] = {"plain": (False, True, None, None, ()),
+                                "simulated": (True, not args.no_strict, None, None, ())}
     if args.also_no_strict:
-        series["no_strict"] = (True, False, None, None)
+        series["no_strict"] = (True, False, None, None, ())
     if args.baseline is not None:
-        series["baseline"] = (True, not args.no_strict, str(Path(args.baseline).resolve()), None)
+        series["baseline"] = (True, not args.no_strict, str(Path(args.baseline).resolve()), None, ())
     if args.also_plain_malloc:
         from simgpu import host_malloc
 
-        series["plain_malloc"] = (False, True, None, host_malloc.defaults({**os.environ, host_malloc.ENV: "1"}))
+        series["plain_malloc"] = (False, True, None, host_malloc.defaults({**os.environ, host_malloc.ENV: "1"}), ())
+    if args.also_plain_foreach:
+        series["plain_foreach"] = (False, True, None, None, ("--adam", "foreach"))
     rows = []
     for wrap in args.wraps:
         for ranks in args.ranks:
             runs: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in series}
             loads = []
             for _ in range(args.repeats):
-                for name, (simulated, strict, tree, extra) in series.items():
+                for name, (simulated, strict, tree, extra, extra_args) in series.items():
                     loads.append(os.getloadavg()[0])
                     runs[name].append(run_once(wrap, ranks, simulated, model, strict=strict, simgpu_tree=tree,
-                                               extra_env=extra))
+                                               extra_env=extra, extra_args=extra_args))
             row: dict = {"wrap": wrap, "ranks": ranks, "load_1min": loads}
             for name, got in runs.items():
                 row[f"{name}_s"] = statistics.median(run[0] for run in got)
@@ -116,9 +125,13 @@ def main() -> None:
                     prefix = "" if name == "simulated" else f"{name}_"
                     row[f"{prefix}ratio"] = row[f"{name}_s"] / row["plain_s"]
                     row[f"{prefix}cpu_ratio"] = row[f"{name}_cpu_s"] / row["plain_cpu_s"]
+            if "plain_foreach" in series:  # simulated against plain with the same optimizer kernels
+                row["vs_foreach_ratio"] = row["simulated_s"] / row["plain_foreach_s"]
+                row["vs_foreach_cpu_ratio"] = row["simulated_cpu_s"] / row["plain_foreach_cpu_s"]
             rows.append(row)
             extra = "".join(f"  {name.replace('_', '-')} {row[f'{name}_ratio']:.2f}x wall {row[f'{name}_cpu_ratio']:.2f}x cpu"
-                            for name in ("no_strict", "baseline", "plain_malloc") if f"{name}_ratio" in row)
+                            for name in ("no_strict", "baseline", "plain_malloc", "plain_foreach", "vs_foreach")
+                            if f"{name}_ratio" in row)
             print(f"{wrap:6} {ranks} ranks: plain {row['plain_s'] * 1e3:8.1f} ms ({row['plain_cpu_s'] * 1e3:.1f} cpu)"
                   f"  simulated {row['simulated_s'] * 1e3:8.1f} ms ({row['simulated_cpu_s'] * 1e3:.1f} cpu)"
                   f"  ratio {row['ratio']:.2f}x wall {row['cpu_ratio']:.2f}x cpu{extra}  load {max(loads):.1f}"

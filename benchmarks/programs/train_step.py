@@ -41,6 +41,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--adam", choices=["default", "foreach"], default="default",
+                        help="foreach: AdamW's foreach kernels whatever the device (torch's default picks them for "
+                             "CUDA tensors only, so plain CPU runs take the per-tensor loop)")
     args = parser.parse_args()
 
     dist.init_process_group(args.backend)
@@ -62,7 +65,7 @@ def main() -> None:
         for block in model:
             fully_shard(block)
         fully_shard(model)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, **({"foreach": True} if args.adam == "foreach" else {}))
     data = torch.randn(args.batch, 16, args.width, generator=torch.Generator().manual_seed(rank)).to(device)
     times, cpu_times, sys_times, faults = [], [], [], []
     for step in range(args.warmup + args.steps):
