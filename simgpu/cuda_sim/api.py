@@ -134,12 +134,15 @@ def _sleep(cycles: int) -> None:
     """torch.cuda._sleep: a kernel that spins for `cycles` GPU clock cycles, which PyTorch's tests put on
     streams to stand for compute or communication time (FSDP's delays, get_cycles_per_ms). It moves the
     current stream's clock on by as long as the GPU would spin and returns at once, as a kernel launch does:
-    sleeps on two streams overlap, and the host waits only where it synchronizes (stream_clocks.py)."""
+    sleeps on two streams overlap, and the host waits only where it synchronizes (stream_clocks.py). Its
+    launch is the moment of the call: the simulator's bookkeeping after it would otherwise count as GPU idle
+    time between an event and the sleep, and get_cycles_per_ms would calibrate sleeps short."""
+    launched = stream_clocks.host_now()
     if isinstance(cycles, bool) or not isinstance(cycles, int):
         raise TypeError(f"_cuda_sleep(): argument 'cycles' must be int, not {type(cycles).__name__}")
     devices.mark_initialized()
     if cycles > 0:
-        stream_clocks.spin(current_stream(), cycles / SLEEP_CYCLES_PER_MS / 1000.0)
+        stream_clocks.spin(current_stream(), cycles / SLEEP_CYCLES_PER_MS / 1000.0, launched)
 
 
 def _event_base() -> type:

@@ -29,10 +29,11 @@ def ready_at(stream: Any) -> float:
     return max(stream.gpu_clock, host_now())
 
 
-def spin(stream: Any, seconds: float) -> None:
-    """A kernel that keeps `stream` busy `seconds` after its earlier work, without holding the host."""
+def spin(stream: Any, seconds: float, launched: float) -> None:
+    """A kernel launched at host time `launched` that keeps `stream` busy `seconds` after its earlier work,
+    without holding the host."""
     with _lock:
-        stream.gpu_clock = ready_at(stream) + seconds
+        stream.gpu_clock = max(stream.gpu_clock, launched) + seconds
         _reach(stream.index, stream.gpu_clock)
 
 
