@@ -5,7 +5,7 @@
 
 Each rank prints one JSON line: per case, the event time (ms) across a 100 ms `torch.cuda._sleep` and a
 collective. On CUDA every case is at least 100 ms. Under simulation `sync_on_side` is the sleep as
-get_cycles_per_ms calibrated it (5-10% short on a loaded host); `work_wait` (work.wait() orders no stream
+get_cycles_per_ms calibrated it (5-11% short on a loaded host); `work_wait` (work.wait() orders no stream
 clock) and, on rank 0, `peer_sleeps` (peers' clocks are not exchanged) are a few ms: on the 2-core host,
 2026-11-27, rank 0 93.4 / 3.5 / 3.7, rank 1 95.0 / 8.0 / 94.9.
 """
