@@ -2,8 +2,8 @@
 
 Device queries, the per-thread current device and its context managers, streams and events (ops run
 on the host at issue; each stream keeps a clock that only `torch.cuda._sleep` moves ahead of the host,
-and events, waits and synchronize follow those clocks: stream_clocks.py), per-device random generators, and memory statistics counted from the storages that
-live on each simulated device. What has no CPU meaning (CUDA graphs, custom kernels, IPC)
+and events, waits and synchronize follow those clocks: stream_clocks.py), per-device random generators,
+and memory statistics counted from the storages that live on each simulated device. What has no CPU meaning (CUDA graphs, custom kernels, IPC)
 raises SimulationError with one line naming it.
 """
 from __future__ import annotations
