@@ -1,9 +1,9 @@
 """torch.cuda (and torch.accelerator) as a program sees them on N simulated GPUs.
 
-Device queries, the per-thread current device and its context managers, streams and events (a
-CPU executes in order, so synchronisation is immediate and an event's time is when it was
-recorded), per-device random generators, and memory statistics counted from the storages that
-live on each simulated device. What has no CPU meaning (CUDA graphs, custom kernels, IPC)
+Device queries, the per-thread current device and its context managers, streams and events (ops run
+on the host at issue; each stream keeps a clock that only `torch.cuda._sleep` moves ahead of the host,
+and events, waits and synchronize follow those clocks: stream_clocks.py), per-device random generators,
+and memory statistics counted from the storages that live on each simulated device. What has no CPU meaning (CUDA graphs, custom kernels, IPC)
 raises SimulationError with one line naming it.
 """
 from __future__ import annotations
@@ -13,13 +13,13 @@ import contextlib
 import importlib
 import importlib.util
 import itertools
-import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
 
-from simgpu.cuda_sim import attention, devices, generators, gpu_model, legacy_types, memory_history, profiling
+from simgpu.cuda_sim import (attention, devices, generators, gpu_model, legacy_types, memory_history, profiling,
+                             stream_clocks)
 from simgpu.cuda_sim.devices import SimulationError
 
 CAPABILITY = gpu_model.CAPABILITY
@@ -123,7 +123,8 @@ def get_device_capability(device: Any = None) -> tuple[int, int]:
 
 
 def synchronize(device: Any = None) -> None:
-    _index(device)  # validates; host execution is already complete
+    """The host waits until every stream of the device has ended its work (only `_sleep` puts any ahead)."""
+    stream_clocks.host_wait(stream_clocks.device_ready_at(_index(device)))
 
 
 SLEEP_CYCLES_PER_MS = 1_980_000  # an H100/H200 SXM's SM clock at boost, 1980 MHz
@@ -131,13 +132,17 @@ SLEEP_CYCLES_PER_MS = 1_980_000  # an H100/H200 SXM's SM clock at boost, 1980 MH
 
 def _sleep(cycles: int) -> None:
     """torch.cuda._sleep: a kernel that spins for `cycles` GPU clock cycles, which PyTorch's tests put on
-    streams to stand for compute or communication time (FSDP's delays, get_cycles_per_ms). A CPU executes
-    in issue order and events time the host, so it is the host waiting as long as the GPU would spin."""
+    streams to stand for compute or communication time (FSDP's delays, get_cycles_per_ms). It moves the
+    current stream's clock on by as long as the GPU would spin and returns at once, as a kernel launch does:
+    sleeps on two streams overlap, and the host waits only where it synchronizes (stream_clocks.py). Its
+    launch is the moment of the call: the simulator's bookkeeping after it would otherwise count as GPU idle
+    time between an event and the sleep, and get_cycles_per_ms would calibrate sleeps short."""
+    launched = stream_clocks.host_now()
     if isinstance(cycles, bool) or not isinstance(cycles, int):
         raise TypeError(f"_cuda_sleep(): argument 'cycles' must be int, not {type(cycles).__name__}")
     devices.mark_initialized()
     if cycles > 0:
-        time.sleep(cycles / SLEEP_CYCLES_PER_MS / 1000.0)
+        stream_clocks.spin(current_stream(), cycles / SLEEP_CYCLES_PER_MS / 1000.0, launched)
 
 
 def _event_base() -> type:
@@ -155,8 +160,9 @@ _handles = itertools.count(0x7F0000001000, 0x100)  # what cudaStreamCreate / cud
 
 
 class Event(_event_base()):  # type: ignore[misc]
-    """A CUDA event on a CPU: recording happens in order, so it is complete when recorded. As on CUDA, it
-    has no handle, id or device until first recorded."""
+    """A CUDA event: recording takes its stream's clock (when the stream's earlier work ends, stream_clocks.py),
+    so it is complete once the host reaches that time. As on CUDA, it has no handle, id or device until first
+    recorded."""
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
                  **_: Any):
@@ -185,25 +191,28 @@ class Event(_event_base()):  # type: ignore[misc]
                                      "an IPC handle, and those are not simulated)")
 
     def record(self, stream: Any = None) -> None:
-        self.recorded_at = time.perf_counter()
+        stream = stream or current_stream()
+        self.recorded_at = stream_clocks.ready_at(stream)
         if not self.cuda_event:
             self.cuda_event = next(_handles)
-            self._device = torch.device("cuda", (stream or current_stream()).index)
+            self._device = torch.device("cuda", stream.index)
 
     def wait(self, stream: Any = None) -> None:
-        pass
+        (stream or current_stream()).wait_event(self)
 
     def query(self) -> bool:
-        return True
+        return stream_clocks.done(self.recorded_at)
 
     def synchronize(self) -> None:
-        pass
+        stream_clocks.host_wait(self.recorded_at)
 
     def elapsed_time(self, end_event: "Event") -> float:
         if not (self.enable_timing and end_event.enable_timing):
             raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
         if self.recorded_at is None or end_event.recorded_at is None:
             raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        if not (self.query() and end_event.query()):
+            raise RuntimeError("Both events must be completed before calculating elapsed time.")
         return (end_event.recorded_at - self.recorded_at) * 1000.0
 
 
@@ -222,8 +231,9 @@ STREAM_PRIORITIES = (0, -3)  # Stream.priority_range() on an H200 (torch 2.11): 
 
 
 class Stream(*_stream_bases()):  # type: ignore[misc]
-    """A stream of a simulated GPU. Work on a CPU runs in issue order, so waits are immediate;
-    `with stream:` still makes the stream's device current, as on CUDA."""
+    """A stream of a simulated GPU. Its ops run on the host at issue; its clock (`gpu_clock`, stream_clocks.py)
+    is when its work ends, ahead of the host only after `_sleep`. `with stream:` makes the stream's device
+    current, as on CUDA."""
 
     def __new__(cls, device: Any = None, priority: int = 0, **_: Any) -> "Stream":
         return super().__new__(cls, device=torch.device("cpu"))
@@ -234,6 +244,7 @@ class Stream(*_stream_bases()):  # type: ignore[misc]
         self.priority = min(least, max(greatest, priority))  # out of range: the nearest valid one, as CUDA
         self.cuda_stream = 0 if _default else next(_handles)
         self._previous: list[tuple[int, Stream]] = []
+        self.gpu_clock = 0.0
 
     @staticmethod
     def priority_range() -> tuple[int, int]:
@@ -252,10 +263,10 @@ class Stream(*_stream_bases()):  # type: ignore[misc]
         return 1  # DeviceType::CUDA
 
     def wait_stream(self, stream: Any) -> None:
-        pass
+        stream_clocks.wait_until(self, stream.gpu_clock)
 
     def wait_event(self, event: Any) -> None:
-        pass
+        stream_clocks.wait_until(self, event.recorded_at)
 
     def record_event(self, event: Event | None = None) -> Event:
         event = event or Event()
@@ -263,10 +274,10 @@ class Stream(*_stream_bases()):  # type: ignore[misc]
         return event
 
     def query(self) -> bool:
-        return True
+        return stream_clocks.done(self.gpu_clock)
 
     def synchronize(self) -> None:
-        pass
+        stream_clocks.host_wait(self.gpu_clock)
 
     def __enter__(self) -> "Stream":
         self._previous.append((devices.current(), devices.current_streams.get(self.index)))
