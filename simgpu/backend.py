@@ -56,7 +56,7 @@ from torch._C._distributed_c10d import (
 
 from simgpu import collective_echo, collective_profiling, comm_log, faults, gloo_listener
 from simgpu import nccl_rules as rules
-from simgpu.cuda_sim import placement, plan
+from simgpu.cuda_sim import placement, plan, stream_clocks
 from simgpu.cuda_sim.tensors import suspended
 from simgpu.p2p_check import P2PChecker
 from simgpu.p2p_pairs import PairRendezvous
@@ -170,6 +170,8 @@ class SimWork(dist.Work):
         self.what = "an operation"  # how unfinished_operations() names it: the call and its site
         self.cpp_may_hold = not _dropped_once_waited()
         self.plan_end: float | None = None  # under a plan: when the collective ends on its stream (plan.py)
+        self.gpu_end = stream_clocks.collective_issued()  # when it ends on its stream (None: no clock is ahead)
+        self.host_blocks = False  # a barrier: wait() holds the host until then, as NCCL's barrier does
         _keep_pending(self)
 
     def _complete(self) -> None:
@@ -196,6 +198,7 @@ class SimWork(dist.Work):
         self._complete()
         if self.plan_end is not None and plan.RECORDER is not None:
             plan.RECORDER.waited(self.plan_end)
+        stream_clocks.collective_waited(self.gpu_end, self.host_blocks)
         return True
 
     def is_completed(self) -> bool:
@@ -1113,7 +1116,9 @@ class SimProcessGroup(PythonGroupNames, dist.ProcessGroup):
     @_collective("barrier")
     def barrier(self, opts: BarrierOptions = BarrierOptions()) -> SimWork:
         self._check("barrier", "barrier()")
-        return SimWork(self._launch(lambda: self._gloo.barrier(opts)), [])
+        work = SimWork(self._launch(lambda: self._gloo.barrier(opts)), [])
+        work.host_blocks = True
+        return work
 
     def _start_coalescing(self, device: Any = None) -> None:
         """NCCL batches the ops up to _end_coalescing; running them as they come gives the same results

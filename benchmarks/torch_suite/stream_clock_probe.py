@@ -5,9 +5,10 @@
 
 Each rank prints one JSON line: per case, the event time (ms) across a 100 ms `torch.cuda._sleep` and a
 collective. On CUDA every case is at least 100 ms. Under simulation `sync_on_side` is the sleep as
-get_cycles_per_ms calibrated it (5-11% short on a loaded host); `work_wait` (work.wait() orders no stream
-clock) and, on rank 0, `peer_sleeps` (peers' clocks are not exchanged) are a few ms: on the 2-core host,
-2026-11-27, rank 0 93.4 / 3.5 / 3.7, rank 1 95.0 / 8.0 / 94.9.
+get_cycles_per_ms calibrated it (5-11% short on a loaded host), and so is `work_wait` since r31's hook in
+backend.SimWork (work.wait() makes the current stream wait for the collective; before it: 3.5 / 8.0 ms);
+on rank 0, `peer_sleeps` is a few ms (peers' clocks are not exchanged). On the 2-core host, 2026-11-27:
+rank 0 94.6 / 94.5 / 7.6, rank 1 94.7 / 94.6 / 96.1.
 """
 from __future__ import annotations
 

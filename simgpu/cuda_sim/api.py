@@ -315,6 +315,9 @@ def current_stream(device: Any = None) -> Stream:
     return devices.current_streams.get(index) or default_stream(index)
 
 
+stream_clocks.current_stream = current_stream  # collectives order their stream clocks (backend.SimWork)
+
+
 def set_stream(stream: Stream) -> None:
     if stream is not None:
         default = _default_streams.get(stream.index)

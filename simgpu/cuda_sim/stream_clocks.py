@@ -18,6 +18,8 @@ from typing import Any
 
 _lock = threading.Lock()
 _device_horizon: dict[int, float] = {}  # per device, the latest clock any of its streams reached
+_ever_ahead = False  # a clock has passed the host (a _sleep ran): until then collectives need no clock
+current_stream: Any = None  # api.current_stream, set by api.py (this module imports nothing of simgpu)
 
 
 def host_now() -> float:
@@ -32,6 +34,8 @@ def ready_at(stream: Any) -> float:
 def spin(stream: Any, seconds: float, launched: float) -> None:
     """A kernel launched at host time `launched` that keeps `stream` busy `seconds` after its earlier work,
     without holding the host."""
+    global _ever_ahead
+    _ever_ahead = True
     with _lock:
         stream.gpu_clock = max(stream.gpu_clock, launched) + seconds
         _reach(stream.index, stream.gpu_clock)
@@ -70,3 +74,22 @@ def host_wait(moment: float | None) -> None:
     while left > 0:
         time.sleep(left)
         left = moment - host_now()
+
+
+def collective_issued() -> float | None:
+    """At a collective's issue: when it ends on the GPU, i.e. when the issuing stream's earlier work ends (NCCL's
+    stream waits for it; the collective itself takes no time here). None while no clock ever ran ahead."""
+    if not _ever_ahead or current_stream is None:
+        return None
+    return ready_at(current_stream())
+
+
+def collective_waited(ended: float | None, host_blocks: bool = False) -> None:
+    """work.wait(): the current stream's later work starts after the collective (as ProcessGroupNCCL's wait
+    makes it wait on the NCCL stream); for a barrier the host itself waits, as NCCL's barrier synchronizes."""
+    if ended is None:
+        return
+    if host_blocks:
+        host_wait(ended)
+    else:
+        wait_until(current_stream(), ended)
