@@ -225,9 +225,10 @@ def test_host_launch_time_bounds_a_step() -> None:
     for _ in range(1000):
         recorder.op(mm, (small, small), {}, mm(small, small))
     recorder.collective("all_reduce", 2, [[small]], group=1)
+    recorder.collective("send", 2, [[small], 1], group=2)  # a pipeline's message (counted under --ranks)
     recorder.step()
     step = recorder.steps[0]
-    assert step["host_us"] == pytest.approx(1000 * plan_host.OP_US + plan_host.COLLECTIVE_US)
+    assert step["host_us"] == pytest.approx(1000 * plan_host.OP_US + plan_host.COLLECTIVE_US + plan_host.P2P_US)
     assert step["gpu_step_us"] < step["host_us"] == step["step_us"]
     big = torch.empty(16384, 16384, dtype=torch.float32, device="meta")
     recorder.op(mm, (big, big), {}, mm(big, big))  # 8.8 TFLOP at fp32: ~176 ms on the H200, one op to issue
@@ -253,7 +254,8 @@ def test_host_model_fit_recovers_its_constants() -> None:
 
 def test_host_constants_are_the_fit_of_the_recorded_h200_runs() -> None:
     """OP_US and COLLECTIVE_US are what host_fit.py's fit gives on the committed H200 results (a finer
-    grid near them, so the test is quick): change the data or the model and this says the constants moved."""
+    grid near them, so the test is quick), P2P_US what it gives on the pipeline rows planned with --ranks:
+    change the data or the model and this says the constants moved."""
     sys.path.insert(0, str(ROOT / "benchmarks" / "plan_reference"))
     try:
         import host_fit
@@ -261,13 +263,19 @@ def test_host_constants_are_the_fit_of_the_recorded_h200_runs() -> None:
         sys.path.pop(0)
     from simgpu.cuda_sim import plan_host
 
-    rows = [r for world, plan_dir in ((2, "second-plan-g2"), (4, "second-plan-g4"))
-            for _, layout, _, r in host_fit.rows(host_fit.RESULTS, world, plan_dir) if layout != "pp"]
+    table = host_fit.table(host_fit.RESULTS, host_fit.PIPELINE_PLANS)
+    rows = [r for world in (2, 4) for _, layout, _, r in table[world] if layout != "pp"]
     assert len(rows) == 84
     op_us, coll_us, error = plan_host.fit(rows, [float(u) for u in range(0, 11)], [1500.0 + 25 * k for k in range(41)])
     assert (op_us, coll_us) == (plan_host.OP_US, plan_host.COLLECTIVE_US)
     before = plan_host.typical_error(r.gpu_step_us / r.measured_us for r in rows)
     assert error < 0.15 < before  # 12.8% after, 78.7% before (docs/plan-mode.md)
+    pipeline = [r for world in (2, 4) for _, layout, _, r in table[world] if layout == "pp"]
+    assert len(pipeline) == 18 and all(r.p2p > 0 for r in pipeline)
+    p2p_us, p2p_error = plan_host.fit_p2p(pipeline)
+    assert p2p_us == plan_host.P2P_US
+    bubbles_only = plan_host.typical_error(r.gpu_step_us / r.measured_us for r in pipeline)
+    assert p2p_error < 0.15 < bubbles_only  # 12.7% with the messages' host time, 70.7% with the bubbles alone
 
 
 def _table_rows(stderr: str) -> dict[int, list[str]]:

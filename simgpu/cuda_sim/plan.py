@@ -46,6 +46,7 @@ ENV_GPU = "SIMGPU_PLAN"
 ENV_DIR = "SIMGPU_PLAN_DIR"
 ENV_TRACE = "SIMGPU_PLAN_TRACE"  # set: each rank keeps its ops and collectives for `--trace FILE`
 ENV_RANKS = "SIMGPU_PLAN_RANKS"  # the ranks a plan of a sample runs (`--ranks`, plan_roles.py; _boot reads it too)
+ENV_DISCOVER = "SIMGPU_PLAN_DISCOVER"  # `--ranks auto`'s first run: the file rank 0 writes its mesh to (plan_sample.py)
 MAX_TRACE_EVENTS = 400_000  # per rank; later ones are counted, not kept
 MIN_KERNEL_US = 2.0  # the shortest a GPU kernel takes (launch to end), stated, not measured
 _lock = threading.Lock()
@@ -126,7 +127,7 @@ class Recorder:
         us = cost_model.predict(self.machine, name, nbytes, 2 if op in ("send", "recv") else n).gpu_us
         with _lock:
             c = self.current
-            c["p2p" if op in ("send", "recv") else "collectives"] += 1  # the host model's count: collectives only
+            c["p2p" if op in ("send", "recv") else "collectives"] += 1  # the host model counts both (plan_host)
             c["comm_bytes"] += nbytes
             c["comm_us"] += us
             start = max(self.clock, self.comm_clock.get(group, 0.0))
@@ -156,7 +157,7 @@ class Recorder:
             c = self.current
             c["gpu_step_us"] = end - self.step_start
             c["exposed_comm_us"] = max(c["gpu_step_us"] - c["compute_us"], 0.0)
-            c["host_us"] = plan_host.host_us(int(c["ops"]), int(c["collectives"]))
+            c["host_us"] = plan_host.host_us(int(c["ops"]), int(c["collectives"]), p2p=int(c["p2p"]))
             c["step_us"] = max(c["gpu_step_us"], c["host_us"])  # the host issues slower than the GPU runs: it waits
             end = self.step_start + c["step_us"]
             if self.trace:
@@ -345,6 +346,10 @@ def install() -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     register_optimizer_step_post_hook(lambda *_: RECORDER.step())
+    if os.environ.get(ENV_DISCOVER):
+        from simgpu.cuda_sim import plan_sample
+
+        plan_sample.install_discovery(os.environ[ENV_DISCOVER])
     import torch.distributed.utils as dist_utils
 
     # DDP's parameter check across ranks sends the shapes as values in a GPU tensor, which a plan does not
@@ -420,7 +425,8 @@ def summary_lines(plans: Sequence[dict], gpu_name: str) -> list[str]:
                  f"{'measured, ' + gpu.source if gpu.calibrated else 'datasheet x derating, uncalibrated'}; "
                  f"communication: cost model preset {gpu.comm_machine}; collectives overlap compute until the "
                  f"default stream waits for them; a step takes at least the host's launch time, {plan_host.OP_US:g} us an op and "
-                 f"{plan_host.COLLECTIVE_US:g} us a collective, {plan_host.SOURCE}; pipeline bubbles only under --ranks, where a message carries its sender's clock)")
+                 f"{plan_host.COLLECTIVE_US:g} us a collective and {plan_host.P2P_US:g} us a point-to-point message, {plan_host.SOURCE}; "
+                 f"pipeline bubbles and messages only under --ranks, where a message carries its sender's clock)")
     return lines
 
 
