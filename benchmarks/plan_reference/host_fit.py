@@ -4,11 +4,12 @@ per layout, with a cross-check: constants fitted at one world size, judged at th
 
     python benchmarks/plan_reference/host_fit.py            # the committed plan33 results
 
-Rows: every rank of every layout of step_reference.py's plan (`second-plan-g2/4`: the plan's last step
-of the layout) against the GPUs' median step (`steps.jsonl`), OP_US and COLLECTIVE_US fitted on them
-with the pipeline layout left out. The pipeline rows come from plans with `--ranks` naming every rank
-(plan33-pp-ranks-2core-2026-11-27: the stages wait for each other's messages, so the GPU timeline holds
-the bubbles), and fit P2P_US with the other two held, cross-checked across world sizes the same way.
+Rows: every rank of every layout of step_reference.py's plan (the plan's last step of the layout) against
+the H200s' median step (plan33-h200-x4-2026-11-26/steps.jsonl). The plans (PLANS, COMMANDS.md there):
+`plan-g2/4`, every layout but the pipeline, every rank running; OP_US and COLLECTIVE_US are fitted on
+these. `plan-g2/4-pp`, the pipeline layout with `--ranks` naming every rank (the stages wait for each
+other's messages, so the GPU timeline holds the bubbles); P2P_US is fitted on these with the other two
+held. Each is cross-checked across world sizes: fitted at one, judged at the other.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import compare  # noqa: E402 - beside this file
 from simgpu.cuda_sim import plan_host  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "plan33-h200-x4-2026-11-26"
-PIPELINE_PLANS = Path(__file__).resolve().parents[1] / "results" / "plan33-pp-ranks-2core-2026-11-27"
+PLANS = Path(__file__).resolve().parents[1] / "results" / "plan33-rates-2core-2026-11-27"
 
 
 def rows(results: Path, world: int, plan_dir: Path, planned_file: Path,
@@ -51,24 +52,23 @@ def rows(results: Path, world: int, plan_dir: Path, planned_file: Path,
     return out
 
 
-def table(results: Path, pipelines: Path) -> dict[int, list[tuple[str, str, int, plan_host.Row]]]:
-    """Per world size: the rows of every layout but pp from the plan of all layouts, and pp's from the
-    plans with --ranks (bubbles on the timeline, messages counted)."""
+def table(results: Path, plans: Path) -> dict[int, list[tuple[str, str, int, plan_host.Row]]]:
+    """Per world size: the rows of every layout but pp (every rank ran), then pp's (planned with --ranks:
+    bubbles on the timeline, messages counted)."""
     out = {}
     for world in (2, 4):
-        plain = [r for r in rows(results, world, results / f"second-plan-g{world}", results / f"second-plan-g{world}-steps.jsonl")
-                 if r[1] != "pp"]
-        piped = rows(results, world, pipelines / f"plan-g{world}", pipelines / f"plan-g{world}" / "steps.jsonl", steps_run=4)
-        out[world] = plain + piped
+        plain = rows(results, world, plans / f"plan-g{world}", plans / f"plan-g{world}" / "steps.jsonl")
+        piped = rows(results, world, plans / f"plan-g{world}-pp", plans / f"plan-g{world}-pp" / "steps.jsonl", steps_run=4)
+        out[world] = [r for r in plain if r[1] != "pp"] + piped
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=RESULTS)
-    parser.add_argument("--pipelines", type=Path, default=PIPELINE_PLANS)
+    parser.add_argument("--plans", type=Path, default=PLANS)
     args = parser.parse_args()
-    table_ = table(args.results, args.pipelines)
+    table_ = table(args.results, args.plans)
     fitted_no_pp = {w: [r for _, layout, _, r in table_[w] if layout != "pp"] for w in table_}
     fitted_pp = {w: [r for _, layout, _, r in table_[w] if layout == "pp"] for w in table_}
     op_us, coll_us, error = plan_host.fit(fitted_no_pp[2] + fitted_no_pp[4])
@@ -97,10 +97,10 @@ def main() -> None:
             group = summary.setdefault(layout, ([], []))
             group[0].append(before)
             group[1].append(after)
-            if (size, layout) in seen:
+            if (size, layout) in seen and layout != "pp":  # a pipeline's stages differ: every rank
                 continue
             seen.add((size, layout))
-            print(f"| {world} | {size} | {layout} | from rank {rank} | {r.measured_us / 1e3:.1f} | "
+            print(f"| {world} | {size} | {layout} | {'' if layout == 'pp' else 'from '}rank {rank} | {r.measured_us / 1e3:.1f} | "
                   f"{r.gpu_step_us / 1e3:.1f} | {before:.2f} | {plan_host.host_us(r.ops, r.collectives, p2p=r.p2p) / 1e3:.1f} | "
                   f"{after:.2f} |")
     print()

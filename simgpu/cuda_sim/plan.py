@@ -14,17 +14,18 @@ memory. A program whose control flow depends on the values it computed follows t
 
 Step time: each op's FLOPs (torch.utils.flop_counter's formulas) and bytes (its tensors' sizes) priced
 against the GPU (gpu_specs.py): max(FLOPs / matmul rate of its dtype, bytes / HBM bandwidth), views
-free; each collective at the cost model's GPU time for the GPU's machine preset. The ops run one after
-another on the GPU's compute clock; a collective runs on its process group's own clock (NCCL's stream)
-from when it is issued and its group's previous collective has ended, and holds compute back only where
-the program waits for it on the default stream (a synchronous collective, `work.wait()`, `wait_tensor`):
-DDP's bucketed all-reduces and FSDP's collectives on their own streams overlap compute, TP's all-reduces
-do not. A step is what lies between two `optimizer.step()` returns and ends when the compute and every
-collective have; its time less its compute is the exposed communication. The host's launch time
-(plan_host.py: per op and per collective, fitted on H200 runs) bounds the step from below: a step takes
-the longer of the GPU's timeline and the host's. Not modelled: waits on events between streams (a side
-stream's wait does not hold compute back) and, without --ranks, the time a rank waits for its peers
-(pipeline bubbles: each rank has its own clocks; plan_roles.py joins them at point-to-point messages).
+free, attention and foreach kernels at their measured rates (plan_rates.py); each collective at the
+cost model's GPU time for the GPU's machine preset. The ops run one after another on the GPU's compute
+clock; a collective runs on its process group's own clock (NCCL's stream) from when it is issued and its
+group's previous collective has ended, and holds compute back only where the program waits for it on the
+default stream (a synchronous collective, `work.wait()`, `wait_tensor`): DDP's bucketed all-reduces and
+FSDP's collectives on their own streams overlap compute, TP's all-reduces do not. A step is what lies
+between two `optimizer.step()` returns and ends when the compute and every collective have; its time less
+its compute is the exposed communication. The host's launch time (plan_host.py: per op, per collective
+and per point-to-point message, fitted on H200 runs) bounds the step from below: a step takes the longer
+of the GPU's timeline and the host's. Not modelled: waits on events between streams (a side stream's
+wait does not hold compute back) and, without --ranks, the time a rank waits for its peers (pipeline
+bubbles: each rank has its own clocks; plan_roles.py joins them at point-to-point messages).
 
 Each process writes $SIMGPU_PLAN_DIR/plan-<pid>.json at exit; the launcher reads them (summary_lines).
 """
@@ -40,7 +41,7 @@ from typing import Any, Sequence
 
 import torch
 
-from simgpu.cuda_sim import plan_host
+from simgpu.cuda_sim import plan_host, plan_rates
 
 ENV_GPU = "SIMGPU_PLAN"
 ENV_DIR = "SIMGPU_PLAN_DIR"
@@ -98,7 +99,9 @@ class Recorder:
         flops = _flops(func, args, kwargs, out)
         moved = _bytes(args, kwargs) + _bytes((out,), {})
         dtype = _compute_dtype(args)
-        seconds = max(flops / self.gpu.matmul_rate(dtype) if flops else 0.0, moved / self.gpu.bandwidth)
+        seconds = plan_rates.seconds(func, args, kwargs, flops, moved, self.gpu, dtype)  # attention, foreach
+        if seconds is None:
+            seconds = max(flops / self.gpu.matmul_rate(dtype) if flops else 0.0, moved / self.gpu.bandwidth)
         us = max(seconds * 1e6, MIN_KERNEL_US)
         with _lock:
             c = self.current

@@ -31,9 +31,9 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-OP_US = 2.0  # host time to issue one priced aten op (fitted; docs/plan-mode.md)
-COLLECTIVE_US = 2025.0  # host time per collective, with the Python machinery around it (fitted)
-P2P_US = 2450.0  # host time per point-to-point message in a pipeline schedule (fitted on the pp rows)
+OP_US = 4.0  # host time to issue one priced aten op (fitted; docs/plan-mode.md)
+COLLECTIVE_US = 1950.0  # host time per collective, with the Python machinery around it (fitted)
+P2P_US = 2300.0  # host time per point-to-point message in a pipeline schedule (fitted on the pp rows)
 SOURCE = "fitted on 4x H200 step_reference runs (plan33-h200-x4-2026-11-26, host_fit.py)"
 
 

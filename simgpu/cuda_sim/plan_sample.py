@@ -66,13 +66,17 @@ def choose(mesh: Mesh | None, world: int) -> tuple[list[int], list[str]]:
     sample: set[int] = set()
     for corner in corners:
         for stage in itertools.product(*(range(mesh.shape[d]) for d in pipes)):
-            at = dict(corner, **dict(zip(pipes, stage)))
+            at = {**corner, **dict(zip(pipes, stage))}
             sample.add(mesh.ranks[sum(at.get(d, 0) * strides[d] for d in range(len(mesh.shape)))])
     names = [mesh.names[d] for d in others]
-    where = "; ".join(["every coordinate 0"] + [f"{mesh.names[d]} {mesh.shape[d] - 1} (the last)" for d in others])
-    whole = f"whole pipelines (every {', '.join(mesh.names[d] for d in pipes)} coordinate) at " if pipes else "the ranks at "
-    lines = [f"simgpu plan --ranks auto: the program's first DeviceMesh is {mesh.describe()} (a first run of rank 0 "
-             f"up to its creation); {len(sample)} of {world} ranks run: {whole}{where}"]
+    where = ", ".join("(" + ", ".join(f"{mesh.names[d]}={corner.get(d, 0)}" for d in others) + ")" for corner in corners)
+    if pipes:
+        stages = " x ".join(f"{mesh.shape[d]} {mesh.names[d]}" for d in pipes)
+        what = f"whole pipelines (all {stages} stages)" + (f" at {where}" if others else "")
+    else:
+        what = f"the ranks at {where}" if others else "every rank"
+    lines = [f"simgpu plan --ranks auto: the program's first DeviceMesh is {mesh.describe()} (found by a first run of "
+             f"rank 0 up to its creation); {len(sample)} of {world} ranks run: {what}"]
     if names:
         lines.append(f"simgpu plan --ranks auto: every other rank differs from a sampled one only along "
                      f"{', '.join(names)}, whose members run the same program path on shards of equal shape: taken "
