@@ -7,11 +7,13 @@ per model size, layout and rank, the peak reserved memory and the step time. Pri
         --plan-dir /tmp/plan --world 2
 
 The plan's memory is what the program itself read from torch.cuda under the plan (the allocator model's
-peaks, per layout: step_reference resets them between layouts). Under `--ranks` rank 0's record holds
-its own figures for every rank (all_gather_object completes by symmetry): memory is then compared for
-rank 0's row only ("-" elsewhere), and each rank's step comes from its own plan file. Its step time is the plan's record of
+peaks, per layout: step_reference resets them between layouts). Its step time is the plan's record of
 each rank's last optimizer step in the layout (the timeline of plan.py: compute, collectives overlapping
-it until the program waits on the default stream).
+it until the program waits on the default stream), bounded by the host's launch time as plan_host.py
+has it now (recomputed from the recorded counts: a record made before a refit shows today's figure).
+Under `--ranks` rank 0's record holds its own figures for every rank (all_gather_object completes by
+symmetry): memory is then compared on rank 0's row only ("-" elsewhere); each rank's step comes from its
+own plan file.
 """
 from __future__ import annotations
 
@@ -68,7 +70,7 @@ def main() -> None:
         for rank, (mine, theirs) in enumerate(zip(record["ranks"], real["ranks"])):
             step = steps.get((record["size"], record["layout"], rank), {})
             compute = step.get("compute_us", 0) / 1e3
-            predicted = step.get("step_us", step.get("compute_us", 0) + step.get("comm_us", 0)) / 1e3
+            predicted = _step_ms(step)
             if "max_reserved" not in theirs or "max_reserved" not in mine:
                 print(f"| {record['size']} | {record['layout']} | {rank} | {theirs.get('error', '?')} | "
                       f"{mine.get('error', '?')} | | | | | | | | |")
@@ -93,6 +95,17 @@ def main() -> None:
         timing = step_ratios.get(layout, [r for rs in step_ratios.values() for r in rs])
         print(f"| {layout} | {len(ratios)} | {min(ratios):.3f}-{max(ratios):.3f} | {_gm_error(ratios):.1%} | "
               f"{min(timing):.2f}-{max(timing):.2f} ({len(timing)} rows, {_gm_error(timing):.1%}) |")
+
+
+def _step_ms(step: dict) -> float:
+    """The plan's step: its recorded GPU timeline against the host model as plan_host has it now (what a
+    plan prints today from the same counts); older records without a timeline: what they recorded."""
+    if "gpu_step_us" not in step:
+        return step.get("step_us", step.get("compute_us", 0) + step.get("comm_us", 0)) / 1e3
+    from simgpu.cuda_sim import plan_host
+
+    return plan_host.step_us(step["gpu_step_us"], int(step["ops"]), int(step["collectives"]),
+                             p2p=int(step.get("p2p", 0))) / 1e3
 
 
 def _gm_error(ratios: list[float]) -> float:
