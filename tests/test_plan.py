@@ -340,12 +340,16 @@ def test_sampled_ranks_give_the_full_runs_peaks_and_steps(wrap: str) -> None:
     for rank in (0, 3):  # peaks, steps, compute, communication, host and step ms: column for column
         assert sample_rows[rank] == full_rows[rank], (full.stderr, sample.stderr)
     assert "ran 2 of 4 ranks (0, 3)" in sample.stderr and "check passed" in sample.stderr
-    # --ranks auto: fully_shard's default mesh (one unnamed dimension of 4) makes the same choice, and says why
+    # --ranks auto makes the same choice and says why: from fully_shard's default mesh (one unnamed
+    # dimension of 4), or for DDP (no mesh by rank 0's first optimizer step) the first and the last rank
     auto = simgpu_run("--gpus", "4", "--plan", "h100-80g", "--ranks", "auto", *program)
     assert auto.returncode == 0, auto.stdout + auto.stderr
     assert sorted(_rank_lines(auto.stdout)) == [0, 3]
-    assert "first DeviceMesh is (dim0=4) (found by a first run of rank 0 up to its creation); 2 of 4 ranks run: " \
-           "the ranks at (dim0=0), (dim0=3)" in auto.stderr
+    why = {"fsdp2": "first DeviceMesh is (dim0=4) (found by a first run of rank 0 up to its creation); 2 of 4 ranks "
+                    "run: the ranks at (dim0=0), (dim0=3)",
+           "ddp": "rank 0 made no DeviceMesh by its first optimizer step: the world is taken as one data-parallel "
+                  "dimension; ranks 0, 3 run"}[wrap]
+    assert why in auto.stderr, auto.stderr
     assert "ran 2 of 4 ranks (0, 3)" in auto.stderr and "check passed" in auto.stderr
     auto_rows = _table_rows(auto.stderr)
     assert all(auto_rows[rank] == full_rows[rank] for rank in (0, 3)), auto.stderr
