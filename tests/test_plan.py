@@ -406,6 +406,9 @@ def test_ranks_flag_is_checked() -> None:
                           (["--plan", "h100-80g", "--ranks", "1-x"], "--ranks: '1-x' is not a rank or a range")):
         result = simgpu_run("--gpus", "4", *args, "true", timeout=60)
         assert result.returncode != 0 and message in result.stderr, result.stderr
+    failed = simgpu_run("--gpus", "4", "--plan", "h100-80g", "--ranks", "auto", "false", timeout=60)
+    assert failed.returncode != 0 and "--ranks auto: the first run of rank 0 (to find the program's DeviceMesh) " \
+        "exited 1; give the sample with --ranks SPEC" in failed.stderr, failed.stderr
 
 
 def test_symmetric_results_and_the_sample_check() -> None:

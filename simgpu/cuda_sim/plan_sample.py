@@ -29,7 +29,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 PIPELINE_DIMS = ("pp", "pipeline", "pipe")
 AUTO = "auto"
@@ -89,21 +89,24 @@ def choose(mesh: Mesh | None, world: int) -> tuple[list[int], list[str]]:
 def install_discovery(path: str) -> None:
     """In the discovery run's rank 0: write the first root DeviceMesh to `path` and exit; or, at the first
     optimizer step without one, write that there is none and exit."""
-    from torch.distributed import device_mesh
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
+    register_optimizer_step_post_hook(lambda *_: _found(path, {"mesh": None}))
+    try:
+        from torch.distributed import device_mesh
+    except ImportError:  # a torch without DeviceMesh: no mesh to find
+        return
     cls = device_mesh.DeviceMesh
     original = cls.__init__
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        if kwargs.get("_root_mesh") is None:
+        if kwargs.get("_root_mesh") is None:  # a root mesh, not a slice of one
             ranks = self.mesh
             names = self.mesh_dim_names or tuple(f"dim{d}" for d in range(ranks.dim()))
             _found(path, {"shape": list(ranks.shape), "names": list(names), "ranks": ranks.flatten().tolist()})
 
     cls.__init__ = __init__
-    register_optimizer_step_post_hook(lambda *_: _found(path, {"mesh": None}))
 
 
 def _found(path: str, what: dict) -> None:
@@ -131,7 +134,3 @@ def discovery_environment(path: str) -> dict[str, str]:
     from simgpu.cuda_sim import plan
 
     return {plan.ENV_RANKS: "0", plan.ENV_DISCOVER: path}
-
-
-def spec(sample: Sequence[int]) -> str:
-    return ",".join(map(str, sample))
