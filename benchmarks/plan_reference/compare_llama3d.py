@@ -26,9 +26,14 @@ from simgpu.cuda_sim import plan, plan_host  # noqa: E402
 
 
 def measured_runs(path: Path, world: int) -> dict[tuple[int, int, int], dict[int, dict]]:
-    """mesh (pp, dp, tp) -> rank -> that rank's line, the lines taken `world` at a time."""
+    """mesh (pp, dp, tp) -> rank -> that rank's line: by the line's "mesh" ("4 1 1") where it has one,
+    else the lines taken `world` at a time."""
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip().startswith("{")]
     runs: dict[tuple[int, int, int], dict[int, dict]] = {}
+    if all("mesh" in r for r in lines):
+        for r in lines:
+            runs.setdefault(tuple(int(x) for x in str(r["mesh"]).split()), {})[r["rank"]] = r
+        return runs
     for start in range(0, len(lines) - world + 1, world):
         chunk = lines[start:start + world]
         mesh = tuple(max(r[k] for r in chunk) + 1 for k in ("pp", "dp", "tp"))
@@ -44,15 +49,15 @@ def main() -> None:
     args = parser.parse_args()
     runs = measured_runs(args.measured, args.world)
     gib = float(1 << 30)
-    print("| mesh pp x dp x tp | rank | reserved GiB measured | predicted | ratio | step ms measured | predicted | ratio | "
-          "compute ms | exposed comm + bubble ms | host ms |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| mesh pp x dp x tp | rank | allocated GiB measured | predicted | reserved GiB measured | predicted | ratio | "
+          "step ms measured | predicted | ratio | compute ms | exposed comm + bubble ms | host ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     memory, steps = [], []
     for folder in args.plans:
         mesh = tuple(int(x) for x in folder.name.split("-")[-3:])
         real = runs.get(mesh)
         if real is None:
-            print(f"| {' x '.join(map(str, mesh))} | - | not measured | | | | | | | | |")
+            print(f"| {' x '.join(map(str, mesh))} | - | not measured | | | | | | | | | | |")
             continue
         for row in plan.summarize(plan.read_plans(folder)):
             theirs = real.get(row["rank"])
@@ -62,7 +67,8 @@ def main() -> None:
             t = row["step_us"] / 1e3 / theirs["step_ms"]
             memory.append(m)
             steps.append(t)
-            print(f"| {' x '.join(map(str, mesh))} | {row['rank']} | {theirs['max_reserved'] / gib:.2f} | "
+            print(f"| {' x '.join(map(str, mesh))} | {row['rank']} | {theirs['max_allocated'] / gib:.2f} | "
+                  f"{row['max_allocated'] / gib:.2f} | {theirs['max_reserved'] / gib:.2f} | "
                   f"{row['max_reserved'] / gib:.2f} | {m:.3f} | {theirs['step_ms']:.1f} | {row['step_us'] / 1e3:.1f} | "
                   f"{t:.2f} | {row['compute_us'] / 1e3:.1f} | {row['exposed_comm_us'] / 1e3:.1f} | {row['host_us'] / 1e3:.1f} |")
     if memory:
