@@ -6,10 +6,10 @@ and the host's launch time:
     host_us = ops x OP_US + collectives x COLLECTIVE_US + messages x P2P_US
     step_us = max(gpu_step_us, host_us)
 
-Both constants are fitted (`fit`) on the recorded H200 runs of benchmarks/plan_reference/step_reference.py
-(benchmarks/results/plan33-h200-x4-2026-11-26: 3 sizes x 5-6 layouts at 2 and 4 GPUs, the pipeline
-layout left out: its bubbles are not this model's), by `benchmarks/plan_reference/host_fit.py`, which
-reprints them with the ratios before and after. COLLECTIVE_US is not NCCL's launch alone (tens of
+OP_US and COLLECTIVE_US are fitted (`fit`) on the recorded H200 runs of benchmarks/plan_reference/
+step_reference.py (measured in benchmarks/results/plan33-h200-x4-2026-11-26, planned in
+plan33-rates-2core-2026-11-27: 3 sizes x 5-6 layouts at 2 and 4 GPUs, the pipeline layout left out), by
+`benchmarks/plan_reference/host_fit.py`, which reprints them with the ratios before and after. COLLECTIVE_US is not NCCL's launch alone (tens of
 microseconds): it is the host work a collective stands for in these programs -- FSDP2's pre/post hooks
 and copy-in/out around each all-gather and reduce-scatter, DTensor's redistribution around TP's
 all-reduces, DDP's reducer around each bucket -- which scales with the collective count in every layout
@@ -19,11 +19,13 @@ or a compiled program (torch.compile, CUDA graphs) launches differently.
 
 P2P_US, a point-to-point message (a send or a recv; counted under --ranks, where messages are priced),
 is fitted the same way on the pipeline rows of those runs (step_reference's `pp`: 2 stages under 1F1B,
-planned with --ranks so that stages wait for each other), with OP_US and COLLECTIVE_US held: what is left
+planned with --ranks so that stages wait for each other), with OP_US and COLLECTIVE_US held (`fit_p2p`): what is left
 of a pipeline's step once its bubbles are on the GPU timeline is the host work each message stands for
 in torch.distributed.pipelining -- the schedule's per-microbatch forward_one_chunk/backward_one_chunk
 (autograd.backward of the stage's outputs), the P2POp lists and batch_isend_irecv's coalescing around
-each message -- not NCCL's launch of it (tens of microseconds).
+each message -- not NCCL's launch of it (tens of microseconds). Checked on 2-stage pipelines only: on
+llama_3d.py's 4-stage pipeline and pipeline x FSDP the model gives 0.32-0.47 of the H200's step
+(docs/plan-mode.md).
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from typing import Iterable, Sequence
 OP_US = 4.0  # host time to issue one priced aten op (fitted; docs/plan-mode.md)
 COLLECTIVE_US = 1950.0  # host time per collective, with the Python machinery around it (fitted)
 P2P_US = 2300.0  # host time per point-to-point message in a pipeline schedule (fitted on the pp rows)
-SOURCE = "fitted on 4x H200 step_reference runs (plan33-h200-x4-2026-11-26, host_fit.py)"
+SOURCE = "fitted on 4x H200 step_reference runs (plan33-h200-x4-2026-11-26, plan33-rates-2core-2026-11-27, host_fit.py)"
 
 
 @dataclass(frozen=True)
