@@ -62,7 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--ranks", default=None, metavar="SPEC",
                      help="with --plan and torchrun: run only these ranks (e.g. 0-3,252-255), one or two per role of a "
                           "symmetric layout; the others exit at start and collectives complete by symmetry, checked "
-                          "across the sampled members of each group (docs/plan-mode.md)")
+                          "across the sampled members of each group; 'auto': chosen from the program's DeviceMesh "
+                          "(whole pipelines, the first and last rank of every other dimension; docs/plan-mode.md)")
     run.add_argument("--no-template", action="store_true",
                      help="start every Python process of the program on its own (each imports torch), not as a "
                           f"fork of the run's warm template (also: {OFF_ENV}=1; docs/warm-template.md)")
@@ -177,10 +178,10 @@ def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: floa
     if ranks is not None:
         if plan is None:
             raise SystemExit("simgpu run: --ranks runs a sample of a plan's ranks; it needs --plan GPU")
-        from simgpu.cuda_sim import plan_roles
+        from simgpu.cuda_sim import plan_roles, plan_sample
 
         try:
-            sample = plan_roles.parse_ranks(ranks, gpus)
+            sample = plan_sample.AUTO if ranks.strip() == plan_sample.AUTO else plan_roles.parse_ranks(ranks, gpus)
         except ValueError as exc:
             raise SystemExit(f"simgpu run: {exc}") from None
     check_installed_torch()
@@ -209,10 +210,10 @@ def run(gpus: int, cmd: list[str], memory_gb: float | None = None, timeout: floa
 
 
 def _run_plan(cmd: list[str], gpu_name: str, env: dict[str, str], memory_gb: float | None, timeout: float | None,
-              use_template: bool, trace: str | None = None, sample: list[int] | None = None) -> int:
+              use_template: bool, trace: str | None = None, sample: list[int] | str | None = None) -> int:
     """A plan (docs/plan-mode.md): each GPU's allocator gets what the named GPU leaves it after the CUDA
     context and NCCL's buffers (unless --memory-gb says otherwise); the plan's table is printed at the end."""
-    from simgpu.cuda_sim import gpu_specs, plan
+    from simgpu.cuda_sim import gpu_specs, plan, plan_sample
 
     try:
         gpu = gpu_specs.gpu(gpu_name)
@@ -223,12 +224,14 @@ def _run_plan(cmd: list[str], gpu_name: str, env: dict[str, str], memory_gb: flo
     env = {**env, plan.ENV_GPU: gpu.name, plan.ENV_DIR: folder}
     if trace is not None:
         env[plan.ENV_TRACE] = "1"
-    if sample is not None:
-        env[plan.ENV_RANKS] = ",".join(map(str, sample))
     if memory_gb is None:
         env["SIMGPU_GPU_MEMORY_GB"] = repr((gpu.total_memory - gpu.context_bytes - gpu.nccl_bytes_per_comm) / 2**30)
         # (one communicator's buffers assumed: a program with several has less for its tensors)
     try:
+        if sample == plan_sample.AUTO:
+            sample = _auto_sample(cmd, env, timeout, use_template)
+        if sample is not None:
+            env[plan.ENV_RANKS] = ",".join(map(str, sample))
         code = _run(cmd, env, timeout, use_template)
         plans = plan.read_plans(folder)
         lines = plan.summary_lines(plans, gpu.name) if plans else ["simgpu plan: no process used a GPU"]
@@ -246,6 +249,29 @@ def _run_plan(cmd: list[str], gpu_name: str, env: dict[str, str], memory_gb: flo
     finally:
         if not keep:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _auto_sample(cmd: list[str], env: dict[str, str], timeout: float | None, use_template: bool) -> list[int]:
+    """`--ranks auto` (cuda_sim/plan_sample.py): a first run of rank 0 alone up to the program's first
+    DeviceMesh, and the sample chosen from it; it prints which ranks and why the others are equal."""
+    from simgpu.cuda_sim import plan, plan_sample
+
+    folder = tempfile.mkdtemp(prefix="simgpu-plan-discover-")
+    found = os.path.join(folder, "mesh.json")
+    try:
+        code = _run(cmd, {**env, plan.ENV_DIR: folder, **plan_sample.discovery_environment(found)}, timeout, use_template)
+        if code != 0:
+            raise SystemExit(f"simgpu run: --ranks auto: the first run of rank 0 (to find the program's DeviceMesh) "
+                             f"exited {code}; give the sample with --ranks SPEC")
+        try:
+            sample, lines = plan_sample.choose(plan_sample.read(found), int(env["SIMGPU_GPUS"]))
+        except ValueError as exc:
+            raise SystemExit(f"simgpu run: {exc}") from None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    sys.stderr.write("\n".join([*lines, ""]))
+    sys.stderr.flush()
+    return sample
 
 
 def _run(cmd: list[str], env: dict[str, str], timeout: float | None, use_template: bool = True) -> int:

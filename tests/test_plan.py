@@ -94,6 +94,43 @@ def test_op_prices() -> None:
     assert step["compute_us"] == pytest.approx(expected_mm + expected_add)
 
 
+def test_attention_and_foreach_take_their_measured_rates() -> None:
+    """FlashAttention and AdamW's foreach kernels are priced at what the H200 measured (calibrate.json),
+    not at the large-matmul rate and the streaming bandwidth: the calibrated causal forward at
+    [4, 16, 2048, 128] takes its measured 0.344 ms (0.199 ms at 690 TFLOP/s), a foreach AdamW step over
+    16 x 16 Mi fp32 parameters its measured 6.25 ms (3.76 ms at 4000 GB/s); plan_rates' table is
+    calibrate.json's."""
+    from simgpu.cuda_sim import plan, plan_rates
+
+    measured = json.loads((ROOT / "benchmarks" / "results" / "plan33-h200-x4-2026-11-26" / "calibrate.json").read_text())
+    cases = {(r["kind"], r["backend"], r["causal"], r["shape"][2], r["shape"][3]): r for r in measured["attention"]}
+    for kernel, causal, seq, head, forward, backward in plan_rates.ATTENTION:
+        f, fb = cases[("sdpa_fwd", kernel, causal, seq, head)], cases[("sdpa_fwd_bwd", kernel, causal, seq, head)]
+        assert forward == round(f["flops"] / f["median_ms"] / 1e9)
+        assert backward == round((fb["flops"] - f["flops"]) / (fb["median_ms"] - f["median_ms"]) / 1e9)
+    recorder = plan.Recorder("h200-141g")
+    q = torch.empty(4, 16, 2048, 128, dtype=torch.bfloat16, device="meta")
+    flash = torch.ops.aten._scaled_dot_product_flash_attention.default
+    recorder.op(flash, (q, q, q, 0.0, True), {}, flash(q, q, q, 0.0, True))
+    assert recorder.current["compute_us"] == pytest.approx(344, rel=0.01)
+    recorder.current, recorder.clock = recorder._empty(), 0.0
+    params = [torch.empty(1 << 24, device="meta", requires_grad=True) for _ in range(16)]
+    for p in params:
+        p.grad = torch.empty_like(p)
+    optimizer = torch.optim.AdamW(params, foreach=True)
+    optimizer.step()  # its state made
+
+    class Priced(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            recorder.op(func, args, kwargs or {}, out)
+            return out
+
+    with Priced():
+        optimizer.step()
+    assert recorder.current["compute_us"] / 1e3 == pytest.approx(6.25, rel=0.03)
+
+
 def test_plan_attention_takes_cudas_kernel(tmp_path: Path) -> None:
     """SDPA on storage-less tensors runs CUDA's choice (flash here) through its meta kernel, and simgpu's own
     checks on torch's meta device charge nothing: the forward's peak is the run with data's (16.5 MiB), not
@@ -225,9 +262,10 @@ def test_host_launch_time_bounds_a_step() -> None:
     for _ in range(1000):
         recorder.op(mm, (small, small), {}, mm(small, small))
     recorder.collective("all_reduce", 2, [[small]], group=1)
+    recorder.collective("send", 2, [[small], 1], group=2)  # a pipeline's message (counted under --ranks)
     recorder.step()
     step = recorder.steps[0]
-    assert step["host_us"] == pytest.approx(1000 * plan_host.OP_US + plan_host.COLLECTIVE_US)
+    assert step["host_us"] == pytest.approx(1000 * plan_host.OP_US + plan_host.COLLECTIVE_US + plan_host.P2P_US)
     assert step["gpu_step_us"] < step["host_us"] == step["step_us"]
     big = torch.empty(16384, 16384, dtype=torch.float32, device="meta")
     recorder.op(mm, (big, big), {}, mm(big, big))  # 8.8 TFLOP at fp32: ~176 ms on the H200, one op to issue
@@ -253,7 +291,8 @@ def test_host_model_fit_recovers_its_constants() -> None:
 
 def test_host_constants_are_the_fit_of_the_recorded_h200_runs() -> None:
     """OP_US and COLLECTIVE_US are what host_fit.py's fit gives on the committed H200 results (a finer
-    grid near them, so the test is quick): change the data or the model and this says the constants moved."""
+    grid near them, so the test is quick), P2P_US what it gives on the pipeline rows planned with --ranks:
+    change the data or the model and this says the constants moved."""
     sys.path.insert(0, str(ROOT / "benchmarks" / "plan_reference"))
     try:
         import host_fit
@@ -261,13 +300,19 @@ def test_host_constants_are_the_fit_of_the_recorded_h200_runs() -> None:
         sys.path.pop(0)
     from simgpu.cuda_sim import plan_host
 
-    rows = [r for world, plan_dir in ((2, "second-plan-g2"), (4, "second-plan-g4"))
-            for _, layout, _, r in host_fit.rows(host_fit.RESULTS, world, plan_dir) if layout != "pp"]
+    table = host_fit.table(host_fit.RESULTS, host_fit.PLANS)
+    rows = [r for world in (2, 4) for _, layout, _, r in table[world] if layout != "pp"]
     assert len(rows) == 84
     op_us, coll_us, error = plan_host.fit(rows, [float(u) for u in range(0, 11)], [1500.0 + 25 * k for k in range(41)])
     assert (op_us, coll_us) == (plan_host.OP_US, plan_host.COLLECTIVE_US)
     before = plan_host.typical_error(r.gpu_step_us / r.measured_us for r in rows)
-    assert error < 0.15 < before  # 12.8% after, 78.7% before (docs/plan-mode.md)
+    assert error < 0.15 < before  # 10.2% after (docs/plan-mode.md)
+    pipeline = [r for world in (2, 4) for _, layout, _, r in table[world] if layout == "pp"]
+    assert len(pipeline) == 18 and all(r.p2p > 0 for r in pipeline)
+    p2p_us, p2p_error = plan_host.fit_p2p(pipeline)
+    assert p2p_us == plan_host.P2P_US
+    bubbles_only = plan_host.typical_error(r.gpu_step_us / r.measured_us for r in pipeline)
+    assert p2p_error < 0.15 < bubbles_only  # 11.5% with the messages' host time, 62.2% with the bubbles alone
 
 
 def _table_rows(stderr: str) -> dict[int, list[str]]:
@@ -295,6 +340,53 @@ def test_sampled_ranks_give_the_full_runs_peaks_and_steps(wrap: str) -> None:
     for rank in (0, 3):  # peaks, steps, compute, communication, host and step ms: column for column
         assert sample_rows[rank] == full_rows[rank], (full.stderr, sample.stderr)
     assert "ran 2 of 4 ranks (0, 3)" in sample.stderr and "check passed" in sample.stderr
+    # --ranks auto makes the same choice and says why: from fully_shard's default mesh (one unnamed
+    # dimension of 4), or for DDP (no mesh by rank 0's first optimizer step) the first and the last rank
+    auto = simgpu_run("--gpus", "4", "--plan", "h100-80g", "--ranks", "auto", *program)
+    assert auto.returncode == 0, auto.stdout + auto.stderr
+    assert sorted(_rank_lines(auto.stdout)) == [0, 3]
+    why = {"fsdp2": "first DeviceMesh is (dim0=4) (found by a first run of rank 0 up to its creation); 2 of 4 ranks "
+                    "run: the ranks at (dim0=0), (dim0=3)",
+           "ddp": "rank 0 made no DeviceMesh by its first optimizer step: the world is taken as one data-parallel "
+                  "dimension; ranks 0, 3 run"}[wrap]
+    assert why in auto.stderr, auto.stderr
+    assert "ran 2 of 4 ranks (0, 3)" in auto.stderr and "check passed" in auto.stderr
+    auto_rows = _table_rows(auto.stderr)
+    assert all(auto_rows[rank] == full_rows[rank] for rank in (0, 3)), auto.stderr
+
+
+def test_auto_sample_takes_whole_pipelines_and_the_ends_of_every_other_dimension() -> None:
+    """`--ranks auto`'s choice from a mesh: every stage of the pipelines at coordinate 0 of the other
+    dimensions and at the last coordinate of each (one at a time); no mesh: the first and last rank; a
+    mesh that does not cover the world is refused in one line."""
+    from simgpu.cuda_sim import plan_sample
+
+    mesh = plan_sample.Mesh((4, 8, 8), ("pp", "dp", "tp"), tuple(range(256)))
+    sample, lines = plan_sample.choose(mesh, 256)
+    assert sample == [0, 7, 56, 64, 71, 120, 128, 135, 184, 192, 199, 248]  # (dp 0, tp 0), (dp 7, tp 0), (dp 0, tp 7)
+    assert "12 of 256 ranks run: whole pipelines (all 4 pp stages) at (dp=0, tp=0), (dp=7, tp=0), (dp=0, tp=7)" in lines[0]
+    assert "only along dp, tp" in lines[1]
+    transposed = plan_sample.Mesh((2, 2), ("dp", "pp"), (0, 2, 1, 3))  # ranks laid out column-major
+    assert plan_sample.choose(transposed, 4)[0] == [0, 1, 2, 3]
+    assert plan_sample.choose(plan_sample.Mesh((2, 4), ("dp", "tp"), tuple(range(8))), 8)[0] == [0, 3, 4]
+    sample, [line] = plan_sample.choose(None, 16)
+    assert sample == [0, 15] and "no DeviceMesh" in line
+    with pytest.raises(ValueError, match=r"DeviceMesh \(pp=2, dp=2\) holds 4 of the 8 ranks; give the sample"):
+        plan_sample.choose(plan_sample.Mesh((2, 2), ("pp", "dp"), (0, 1, 2, 3)), 8)
+
+
+@pytest.mark.full
+def test_auto_sample_of_a_3d_pipeline_runs_whole_pipelines() -> None:
+    """llama_3d.py's tiny size as pp 2 x dp 4 on 8 GPUs under `--ranks auto`: the first run finds the mesh,
+    the plan runs the two pipelines at dp 0 and dp 3 (ranks 0, 3, 4, 7), their stages' messages meet, and
+    the dp groups of both stages are checked."""
+    program = [TORCHRUN, "--nproc-per-node", "8", str(ROOT / "benchmarks" / "plan_reference" / "llama_3d.py"),
+               "--mesh", "2", "4", "1", "--size", "tiny", "--microbatches", "2", "--steps", "2"]
+    auto = simgpu_run("--gpus", "8", "--plan", "h100-80g", "--ranks", "auto", *program, timeout=600)
+    assert auto.returncode == 0, auto.stdout + auto.stderr
+    assert "4 of 8 ranks run: whole pipelines (all 2 pp stages) at (dp=0), (dp=3)" in auto.stderr
+    assert "ran 4 of 8 ranks (0, 3-4, 7)" in auto.stderr and "check passed" in auto.stderr
+    assert sorted(_table_rows(auto.stderr)) == [0, 3, 4, 7]
 
 
 def test_sampled_ranks_that_disagree_fail_the_plan() -> None:
@@ -314,6 +406,9 @@ def test_ranks_flag_is_checked() -> None:
                           (["--plan", "h100-80g", "--ranks", "1-x"], "--ranks: '1-x' is not a rank or a range")):
         result = simgpu_run("--gpus", "4", *args, "true", timeout=60)
         assert result.returncode != 0 and message in result.stderr, result.stderr
+    failed = simgpu_run("--gpus", "4", "--plan", "h100-80g", "--ranks", "auto", "false", timeout=60)
+    assert failed.returncode != 0 and "--ranks auto: the first run of rank 0 (to find the program's DeviceMesh) " \
+        "exited 1; give the sample with --ranks SPEC" in failed.stderr, failed.stderr
 
 
 def test_symmetric_results_and_the_sample_check() -> None:

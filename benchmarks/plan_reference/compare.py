@@ -9,7 +9,11 @@ per model size, layout and rank, the peak reserved memory and the step time. Pri
 The plan's memory is what the program itself read from torch.cuda under the plan (the allocator model's
 peaks, per layout: step_reference resets them between layouts). Its step time is the plan's record of
 each rank's last optimizer step in the layout (the timeline of plan.py: compute, collectives overlapping
-it until the program waits on the default stream).
+it until the program waits on the default stream), bounded by the host's launch time as plan_host.py
+has it now (recomputed from the recorded counts: a record made before a refit shows today's figure).
+Under `--ranks` rank 0's record holds its own figures for every rank (all_gather_object completes by
+symmetry): memory is then compared on rank 0's row only ("-" elsewhere); each rank's step comes from its
+own plan file.
 """
 from __future__ import annotations
 
@@ -63,31 +67,45 @@ def main() -> None:
         real = measured.get((record["size"], record["layout"]))
         if real is None:
             continue
-        for mine, theirs in zip(record["ranks"], real["ranks"]):
-            rank = mine["rank"]
+        for rank, (mine, theirs) in enumerate(zip(record["ranks"], real["ranks"])):
             step = steps.get((record["size"], record["layout"], rank), {})
             compute = step.get("compute_us", 0) / 1e3
-            predicted = step.get("step_us", step.get("compute_us", 0) + step.get("comm_us", 0)) / 1e3
+            predicted = _step_ms(step)
             if "max_reserved" not in theirs or "max_reserved" not in mine:
                 print(f"| {record['size']} | {record['layout']} | {rank} | {theirs.get('error', '?')} | "
                       f"{mine.get('error', '?')} | | | | | | | | |")
                 continue
-            memory = mine["max_reserved"] / theirs["max_reserved"]
             timing = predicted / theirs["step_ms"]
-            memory_ratios.setdefault(record["layout"], []).append(memory)
             step_ratios.setdefault(record["layout"], []).append(timing)
+            if mine["rank"] == rank:
+                memory = mine["max_reserved"] / theirs["max_reserved"]
+                memory_ratios.setdefault(record["layout"], []).append(memory)
+                planned_memory = (f"{mine['max_allocated'] / gib:.2f} | {theirs['max_reserved'] / gib:.2f} | "
+                                  f"{mine['max_reserved'] / gib:.2f} | {memory:.3f}")
+            else:  # under --ranks: rank 0's figures copied (module docstring)
+                planned_memory = f"- | {theirs['max_reserved'] / gib:.2f} | - | -"
             print(f"| {record['size']} | {record['layout']} | {rank} | {theirs['max_allocated'] / gib:.2f} | "
-                  f"{mine['max_allocated'] / gib:.2f} | {theirs['max_reserved'] / gib:.2f} | "
-                  f"{mine['max_reserved'] / gib:.2f} | {memory:.3f} | {theirs['step_ms']:.1f} | {predicted:.1f} | "
+                  f"{planned_memory} | {theirs['step_ms']:.1f} | {predicted:.1f} | "
                   f"{timing:.2f} | {compute:.1f} | {max(predicted - compute, 0):.1f} |")
     print()
-    print("| layout | rows | reserved: ratio range | geometric-mean error | step: ratio range |")
+    print("| layout | rows | reserved: ratio range | geometric-mean error | step: ratio range (rows, typical error) |")
     print("|---|---|---|---|---|")
     everything = [r for ratios in memory_ratios.values() for r in ratios]
     for layout, ratios in [*memory_ratios.items(), ("all", everything)]:
         timing = step_ratios.get(layout, [r for rs in step_ratios.values() for r in rs])
         print(f"| {layout} | {len(ratios)} | {min(ratios):.3f}-{max(ratios):.3f} | {_gm_error(ratios):.1%} | "
-              f"{min(timing):.2f}-{max(timing):.2f} |")
+              f"{min(timing):.2f}-{max(timing):.2f} ({len(timing)} rows, {_gm_error(timing):.1%}) |")
+
+
+def _step_ms(step: dict) -> float:
+    """The plan's step: its recorded GPU timeline against the host model as plan_host has it now (what a
+    plan prints today from the same counts); older records without a timeline: what they recorded."""
+    if "gpu_step_us" not in step:
+        return step.get("step_us", step.get("compute_us", 0) + step.get("comm_us", 0)) / 1e3
+    from simgpu.cuda_sim import plan_host
+
+    return plan_host.step_us(step["gpu_step_us"], int(step["ops"]), int(step["collectives"]),
+                             p2p=int(step.get("p2p", 0))) / 1e3
 
 
 def _gm_error(ratios: list[float]) -> float:

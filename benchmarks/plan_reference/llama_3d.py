@@ -110,6 +110,9 @@ def main():
     parser.add_argument("--microbatch-size", type=int, default=1, help="sequences per microbatch and dp rank")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1, help="steps left out of step_ms")
+    parser.add_argument("--profile", default=None, metavar="DIR",
+                        help="profile the last step (torch.profiler, CPU and CUDA): DIR/rank<r>.json (Chrome trace) "
+                             "and, in the rank's JSON line, the step's GPU busy time and its kernels' count")
     args = parser.parse_args()
     s = SIZES[args.size]
     pp, dp, tp = args.mesh
@@ -142,7 +145,12 @@ def main():
     batch = args.microbatches * args.microbatch_size
     g = torch.Generator().manual_seed(0)  # the same tokens on every rank (a plan's branches agree)
     times = []
+    profiled = None
     for step in range(args.steps):
+        if args.profile and step == args.steps - 1:
+            profiled = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                          torch.profiler.ProfilerActivity.CUDA])
+            profiled.__enter__()
         torch.cuda.synchronize(device)
         started = time.perf_counter()
         tokens = torch.randint(0, s.vocab, (batch, s.seq + 1), generator=g)
@@ -157,11 +165,35 @@ def main():
         torch.cuda.synchronize(device)
         if step >= args.warmup:
             times.append((time.perf_counter() - started) * 1e3)
+    busy = None
+    if profiled is not None:
+        profiled.__exit__(None, None, None)
+        os.makedirs(args.profile, exist_ok=True)
+        profiled.export_chrome_trace(os.path.join(args.profile, f"rank{dist.get_rank()}.json"))
+        busy = _gpu_busy_ms(profiled)
     line = {"rank": dist.get_rank(), "pp": pp_rank, "dp": dp_rank, "tp": tp_rank,
             "max_allocated": torch.cuda.max_memory_allocated(), "max_reserved": torch.cuda.max_memory_reserved(),
-            "step_ms": statistics.median(times) if times else None, "step_ms_all": times}
+            "step_ms": statistics.median(times) if times else None, "step_ms_all": times,
+            **({"profiled_step_ms": times[-1] if times else None, "gpu_busy_ms": busy[0], "kernels": busy[1]}
+               if busy is not None else {})}
     os.write(1, (json.dumps(line) + "\n").encode())
     dist.destroy_process_group()
+
+
+def _gpu_busy_ms(profiled: torch.profiler.profile) -> tuple[float, int]:
+    """The union of the profiled step's GPU kernel intervals (ms) and their count: busy against the step's
+    wall time says whether the GPU or the host (or a wait between stages) bounds the step."""
+    spans = sorted((e.time_range.start, e.time_range.end) for e in profiled.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA)
+    busy, end = 0, None
+    for start, stop in spans:
+        if end is None or start > end:
+            busy += stop - start
+            end = stop
+        elif stop > end:
+            busy += stop - end
+            end = stop
+    return busy / 1e3, len(spans)
 
 
 if __name__ == "__main__":

@@ -14,17 +14,18 @@ memory. A program whose control flow depends on the values it computed follows t
 
 Step time: each op's FLOPs (torch.utils.flop_counter's formulas) and bytes (its tensors' sizes) priced
 against the GPU (gpu_specs.py): max(FLOPs / matmul rate of its dtype, bytes / HBM bandwidth), views
-free; each collective at the cost model's GPU time for the GPU's machine preset. The ops run one after
-another on the GPU's compute clock; a collective runs on its process group's own clock (NCCL's stream)
-from when it is issued and its group's previous collective has ended, and holds compute back only where
-the program waits for it on the default stream (a synchronous collective, `work.wait()`, `wait_tensor`):
-DDP's bucketed all-reduces and FSDP's collectives on their own streams overlap compute, TP's all-reduces
-do not. A step is what lies between two `optimizer.step()` returns and ends when the compute and every
-collective have; its time less its compute is the exposed communication. The host's launch time
-(plan_host.py: per op and per collective, fitted on H200 runs) bounds the step from below: a step takes
-the longer of the GPU's timeline and the host's. Not modelled: waits on events between streams (a side
-stream's wait does not hold compute back) and, without --ranks, the time a rank waits for its peers
-(pipeline bubbles: each rank has its own clocks; plan_roles.py joins them at point-to-point messages).
+free, attention and foreach kernels at their measured rates (plan_rates.py); each collective at the
+cost model's GPU time for the GPU's machine preset. The ops run one after another on the GPU's compute
+clock; a collective runs on its process group's own clock (NCCL's stream) from when it is issued and its
+group's previous collective has ended, and holds compute back only where the program waits for it on the
+default stream (a synchronous collective, `work.wait()`, `wait_tensor`): DDP's bucketed all-reduces and
+FSDP's collectives on their own streams overlap compute, TP's all-reduces do not. A step is what lies
+between two `optimizer.step()` returns and ends when the compute and every collective have; its time less
+its compute is the exposed communication. The host's launch time (plan_host.py: per op, per collective
+and per point-to-point message, fitted on H200 runs) bounds the step from below: a step takes the longer
+of the GPU's timeline and the host's. Not modelled: waits on events between streams (a side stream's
+wait does not hold compute back) and, without --ranks, the time a rank waits for its peers (pipeline
+bubbles: each rank has its own clocks; plan_roles.py joins them at point-to-point messages).
 
 Each process writes $SIMGPU_PLAN_DIR/plan-<pid>.json at exit; the launcher reads them (summary_lines).
 """
@@ -40,12 +41,13 @@ from typing import Any, Sequence
 
 import torch
 
-from simgpu.cuda_sim import plan_host
+from simgpu.cuda_sim import plan_host, plan_rates
 
 ENV_GPU = "SIMGPU_PLAN"
 ENV_DIR = "SIMGPU_PLAN_DIR"
 ENV_TRACE = "SIMGPU_PLAN_TRACE"  # set: each rank keeps its ops and collectives for `--trace FILE`
 ENV_RANKS = "SIMGPU_PLAN_RANKS"  # the ranks a plan of a sample runs (`--ranks`, plan_roles.py; _boot reads it too)
+ENV_DISCOVER = "SIMGPU_PLAN_DISCOVER"  # `--ranks auto`'s first run: the file rank 0 writes its mesh to (plan_sample.py)
 MAX_TRACE_EVENTS = 400_000  # per rank; later ones are counted, not kept
 MIN_KERNEL_US = 2.0  # the shortest a GPU kernel takes (launch to end), stated, not measured
 _lock = threading.Lock()
@@ -97,7 +99,9 @@ class Recorder:
         flops = _flops(func, args, kwargs, out)
         moved = _bytes(args, kwargs) + _bytes((out,), {})
         dtype = _compute_dtype(args)
-        seconds = max(flops / self.gpu.matmul_rate(dtype) if flops else 0.0, moved / self.gpu.bandwidth)
+        seconds = plan_rates.seconds(func, args, kwargs, flops, moved, self.gpu, dtype)  # attention, foreach
+        if seconds is None:
+            seconds = max(flops / self.gpu.matmul_rate(dtype) if flops else 0.0, moved / self.gpu.bandwidth)
         us = max(seconds * 1e6, MIN_KERNEL_US)
         with _lock:
             c = self.current
@@ -126,7 +130,7 @@ class Recorder:
         us = cost_model.predict(self.machine, name, nbytes, 2 if op in ("send", "recv") else n).gpu_us
         with _lock:
             c = self.current
-            c["p2p" if op in ("send", "recv") else "collectives"] += 1  # the host model's count: collectives only
+            c["p2p" if op in ("send", "recv") else "collectives"] += 1  # the host model counts both (plan_host)
             c["comm_bytes"] += nbytes
             c["comm_us"] += us
             start = max(self.clock, self.comm_clock.get(group, 0.0))
@@ -156,7 +160,7 @@ class Recorder:
             c = self.current
             c["gpu_step_us"] = end - self.step_start
             c["exposed_comm_us"] = max(c["gpu_step_us"] - c["compute_us"], 0.0)
-            c["host_us"] = plan_host.host_us(int(c["ops"]), int(c["collectives"]))
+            c["host_us"] = plan_host.host_us(int(c["ops"]), int(c["collectives"]), p2p=int(c["p2p"]))
             c["step_us"] = max(c["gpu_step_us"], c["host_us"])  # the host issues slower than the GPU runs: it waits
             end = self.step_start + c["step_us"]
             if self.trace:
@@ -345,6 +349,10 @@ def install() -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     register_optimizer_step_post_hook(lambda *_: RECORDER.step())
+    if os.environ.get(ENV_DISCOVER):
+        from simgpu.cuda_sim import plan_sample
+
+        plan_sample.install_discovery(os.environ[ENV_DISCOVER])
     import torch.distributed.utils as dist_utils
 
     # DDP's parameter check across ranks sends the shapes as values in a GPU tensor, which a plan does not
@@ -420,7 +428,8 @@ def summary_lines(plans: Sequence[dict], gpu_name: str) -> list[str]:
                  f"{'measured, ' + gpu.source if gpu.calibrated else 'datasheet x derating, uncalibrated'}; "
                  f"communication: cost model preset {gpu.comm_machine}; collectives overlap compute until the "
                  f"default stream waits for them; a step takes at least the host's launch time, {plan_host.OP_US:g} us an op and "
-                 f"{plan_host.COLLECTIVE_US:g} us a collective, {plan_host.SOURCE}; pipeline bubbles only under --ranks, where a message carries its sender's clock)")
+                 f"{plan_host.COLLECTIVE_US:g} us a collective and {plan_host.P2P_US:g} us a point-to-point message, {plan_host.SOURCE}; "
+                 f"pipeline bubbles and messages only under --ranks, where a message carries its sender's clock)")
     return lines
 
 
