@@ -471,11 +471,17 @@ class SimCudaMode(TorchFunctionMode):
         if target == _HOST:
             with placement.host_requested():  # a host result, whatever the inputs' devices
                 return func(*args, **kwargs)
-        if func in _RANDOM:  # drawn by the op placement sees, from that GPU's generator (random_ops.py)
-            with placement.random_factory_on(target):
-                return placement.label(func(*args, **kwargs), target)
-        with suspended():
-            out = func(*args, **kwargs)
+        try:
+            if func in _RANDOM:  # drawn by the op placement sees, from that GPU's generator (random_ops.py)
+                with placement.random_factory_on(target):
+                    return placement.label(func(*args, **kwargs), target)
+            with suspended():
+                out = func(*args, **kwargs)
+        except RuntimeError as exc:  # a request larger than the host's memory: CUDA's OOM if the GPU can't hold it
+            oom = placement.refused_on(exc, target)
+            if oom is None:
+                raise
+            raise oom from None
         return placement.label(out, target)
 
 
