@@ -990,8 +990,11 @@ def ref_context_parallel_llm():
 @gpus(2, 4)
 @needs("torch.distributed.tensor.experimental:context_parallel", "torch.distributed.fsdp:fully_shard")
 def test_context_parallel_llm(n):
-    """The final sum of ~40k parameters is near 0.6: float32 summation order moves it by a few 1e-5."""
-    check(run_program(n, "context_parallel_llm", torchrun=True), ref_context_parallel_llm(), atol=1e-4)
+    """The ring merges partial attention in another order than one softmax: float32 differences of 1e-7,
+    which AdamW's normalised step turns into whole steps (2e-3) where a gradient is near 0. The final sum
+    of ~40k parameters is near 0.6 and moved by up to 2.3e-4 (4 GPUs; 4e-5 on 2), hence atol 1e-3 (the
+    losses, about 4.7, are held to rtol 1e-4 as everywhere)."""
+    check(run_program(n, "context_parallel_llm", torchrun=True), ref_context_parallel_llm(), atol=1e-3)
 
 
 @reference
