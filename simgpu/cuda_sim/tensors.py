@@ -409,6 +409,20 @@ def _issued_on(index: int, func: Callable, args: tuple, kwargs: dict) -> Any:
         placement.issue_on(previous)
 
 
+_device_constructors = torch.utils._device._device_constructors  # the factories DeviceContext gives a device
+
+
+def _default_gpu() -> torch.device | None:
+    """The simulated GPU that torch.set_default_device made the default, if it did.
+
+    torch puts that device's DeviceContext at the bottom of the mode stack, below this mode, which so saw
+    factories without their device and left them to torch's C++ ("PyTorch is not linked with support for
+    cuda devices"); a `with torch.device("cuda")` block's context lies above and passes its device on."""
+    context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+    device = getattr(context, "device", None)
+    return device if isinstance(device, torch.device) and device.type == "cuda" else None
+
+
 class SimCudaMode(TorchFunctionMode):
     """The program's torch calls: device arguments and CUDA's host-tensor rule (module docstring)."""
 
@@ -419,6 +433,10 @@ class SimCudaMode(TorchFunctionMode):
         pairs = _GENERIC.get(func)
         if pairs is None:
             pairs = _GENERIC[func] = _generic(func)
+        if "device" not in kwargs and func in _device_constructors():
+            default = _default_gpu()
+            if default is not None:  # torch.set_default_device("cuda"): its mode lies below this one
+                kwargs = {**kwargs, "device": default}
         if pairs is not _SPECIAL_CALL and "device" not in kwargs and not kwargs.get("pin_memory"):
             # most calls: no device argument and nothing of the cases below, only CUDA's same-device rule
             if not pairs:

@@ -5,7 +5,9 @@ Run under `simgpu run --gpus 1`.
   num_ooms counted (the host allocator's RuntimeError came through before), for factories, random
   factories and ops; the same request on the host keeps the host's error; the GPU stays usable.
 - torch.profiler with ProfilerActivity.CUDA alone: the host's activity is recorded (torch asserted "No
-  activities specified for the profiler")."""
+  activities specified for the profiler").
+- torch.set_default_device("cuda"): factories without a device make GPU tensors (torch.tensor raised
+  "PyTorch is not linked with support for cuda devices"), torch.get_default_device() answers the GPU."""
 import torch
 from torch.profiler import ProfilerActivity, profile
 
@@ -36,4 +38,19 @@ m = torch.nn.Linear(16, 16).cuda()
 with profile(activities=[ProfilerActivity.CUDA]) as prof:
     m(torch.randn(4, 16, device="cuda")).sum().backward()
 assert "aten::addmm" in {event.key for event in prof.key_averages()}
+torch.set_default_device("cuda")
+try:
+    assert torch.tensor([1.0]).device == torch.device("cuda", 0)
+    assert torch.get_default_device() == torch.device("cuda", 0)
+    layer = torch.nn.Linear(4, 4)
+    assert layer.weight.device.type == "cuda" and torch.randn(3).device.type == "cuda"
+    assert torch.arange(5).device.type == "cuda" and torch.full((2,), 3.0).device.type == "cuda"
+    with torch.device("cpu"):
+        assert torch.zeros(2).device.type == "cpu"
+    with torch.device("meta"):
+        assert torch.nn.Linear(2, 2).weight.is_meta
+    assert (layer(torch.ones(2, 4)) - layer(torch.ones(2, 4))).abs().sum().item() == 0
+finally:
+    torch.set_default_device(None)
+assert torch.tensor([1.0]).device.type == "cpu" and torch.get_default_device() == torch.device("cpu")
 print("OK public_programs_meet")
