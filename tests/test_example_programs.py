@@ -1053,3 +1053,27 @@ def test_amp_fp16_compile(n):
     printed = [float(s) for s in re.findall(r"^scale \d+ (\S+)$", done.stdout, re.M)]
     assert printed == scales, (printed, scales)
     assert re.search(r"^skipped 1$", done.stdout, re.M), done.stdout
+
+
+@reference
+def ref_megatron_tp():
+    """The unsplit model the program splits its master weights from; clipping to a global norm of 1."""
+    program = _program("megatron_tp")
+    torch.manual_seed(0)
+    model = program.Reference()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for tokens in program.batches(torch.Generator().manual_seed(19)):
+        loss = F.cross_entropy(model(tokens[:, :-1]).reshape(-1, program.VOCAB), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, param_sum(model)
+
+
+@gpus(2, 4)
+def test_megatron_tp(n):
+    """Hand-written column/row/vocab-parallel layers over autograd Functions, a CUDA RNG tracker."""
+    check(run_program(n, "megatron_tp", torchrun=True), ref_megatron_tp())
