@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._device import _device_constructors  # the factories torch.set_default_device gives a device
 
 from simgpu.cuda_sim import attention, devices, generators, half_fft, host_register, legacy_types, placement
 from simgpu.cuda_sim.errors import SimulationError
@@ -409,7 +410,6 @@ def _issued_on(index: int, func: Callable, args: tuple, kwargs: dict) -> Any:
         placement.issue_on(previous)
 
 
-_device_constructors = torch.utils._device._device_constructors  # the factories DeviceContext gives a device
 
 
 def _default_gpu() -> torch.device | None:
@@ -418,7 +418,7 @@ def _default_gpu() -> torch.device | None:
     torch puts that device's DeviceContext at the bottom of the mode stack, below this mode, which so saw
     factories without their device and left them to torch's C++ ("PyTorch is not linked with support for
     cuda devices"); a `with torch.device("cuda")` block's context lies above and passes its device on."""
-    context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+    context = getattr(getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None), "device_context", None)
     device = getattr(context, "device", None)
     return device if isinstance(device, torch.device) and device.type == "cuda" else None
 
