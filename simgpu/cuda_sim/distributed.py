@@ -85,11 +85,18 @@ def _simulated(backend: Any) -> Any:
         return backend
     if text == "undefined":  # torch's default on a CUDA machine
         return SIM_NCCL_HOST if _default_serves_host() else SIM_NCCL
-    if text == "nccl":
+    if text in _NCCL_NAMES:
         return SIM_NCCL
-    if "nccl" in text:  # a device map such as "cpu:gloo,cuda:nccl": one sim group serves both
-        return SIM_NCCL_HOST
+    if ":" in text and "nccl" in text:  # a device map: "cpu:gloo,cuda:nccl" serves both, "cuda:nccl" GPUs only
+        mapped = dict(part.strip().split(":", 1) for part in text.split(",") if ":" in part)
+        if any(name in _NCCL_NAMES for name in mapped.values()):
+            return SIM_NCCL_HOST if "cpu" in mapped else SIM_NCCL
     return backend
+
+
+# "nccl" and torch >= 2.15's other NCCL backends (CUDA builds register them on first use; "nccl-lazy" is
+# what 2.15's pipelining recommends): each an NCCL group, GPU tensors only
+_NCCL_NAMES = ("nccl", "nccl2", "nccl-lazy", "nccl-legacy")
 
 
 def _default_serves_host() -> bool:
