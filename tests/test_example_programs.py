@@ -11,6 +11,9 @@ global batch is fixed, so the reference does not depend on the number of GPUs.
 Every program runs on 2 simulated GPUs, the two on a 2-D mesh (hsdp, fsdp_tp) on 4, the 3-D one
 (fsdp_tp_pp) on 8; with --full also on 4 (those two on 8, the 3-D one on 64). `-k gpus2` selects one
 GPU count.
+
+Section 13 holds public-style programs (r31) with APIs the others do not use; their variants (the other
+pipeline schedules, CPU offload, async_save's process mode) run with --full.
 """
 from __future__ import annotations
 
@@ -821,3 +824,256 @@ def ref_amp_ddp():
 @gpus(2, 4)
 def test_amp_ddp(n):
     check(run_program(n, "amp_ddp", torchrun=True), ref_amp_ddp(), rtol=AMP_RTOL, atol=AMP_ATOL)
+
+
+# -- 13. public-style programs (r31): APIs the programs above do not use -------------------------
+
+def _program(name: str):
+    """A program's own module (its model, data and schedule), for the single-process reference."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, PROGRAMS / f"{name}.py")
+    program = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(program)
+    return program
+
+
+@reference
+def ref_ddp_trainer():
+    """ZeroRedundancyOptimizer(AdamW) is AdamW; no_sync accumulation of ACCUMULATION microbatches of
+    equal size, each loss divided by ACCUMULATION, averaged over ranks, is the global batch's mean loss;
+    the unshuffled DistributedSampler's batches together are the global batch, in order."""
+    program = _program("ddp_trainer")
+    torch.manual_seed(0)
+    model = program.Model()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+    x, y = program.dataset().tensors
+    losses = []
+    for step in range(program.STEPS):
+        batch = slice(step * program.GLOBAL_BATCH, (step + 1) * program.GLOBAL_BATCH)
+        loss = F.cross_entropy(model(x[batch]), y[batch])
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, param_sum(model)
+
+
+@gpus(2, 4)
+def test_ddp_trainer(n):
+    """mp.spawn, DataLoader workers with pinned memory, a side-stream prefetcher, no_sync, ZeRO-1, NVTX."""
+    check(run_program(n, "ddp_trainer", str(free_port())), ref_ddp_trainer())
+
+
+@reference
+def ref_pipeline_schedules():
+    """Every schedule computes the same thing: 4 equal microbatches (gradients scaled by 1/4), the global
+    gradient norm clipped to 1 (the program sums squared norms over ranks), AdamW with a warm-up."""
+    program = _program("pipeline_schedules")
+    torch.manual_seed(0)
+    model = program.Model()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / 2))
+    g = torch.Generator().manual_seed(61)
+    losses = []
+    for _ in range(program.STEPS):
+        x, y = torch.randn(program.BATCH, 6, generator=g), torch.randn(program.BATCH, 2, generator=g)
+        opt.zero_grad()
+        mb = [program.loss_fn(model(xm), ym) for xm, ym in zip(x.chunk(program.N_MICROBATCHES),
+                                                               y.chunk(program.N_MICROBATCHES))]
+        (sum(mb) / program.N_MICROBATCHES).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        scheduler.step()
+        losses.append(torch.stack(mb).mean().item())
+    return losses, param_sum(model)
+
+
+PIPELINE_SCHEDULES = ["Interleaved1F1B", "InterleavedZeroBubble", "ZBVZeroBubble", "LoopedBFS"]
+
+
+@gpus(2, 4)
+@pytest.mark.parametrize("schedule", first_then_full(PIPELINE_SCHEDULES, PIPELINE_SCHEDULES))
+@needs("pipelining-shape-inference", "torch.distributed.pipelining:ScheduleInterleavedZeroBubble",
+       "torch.distributed.pipelining:ScheduleZBVZeroBubble")
+def test_pipeline_schedules(n, schedule):
+    """Two stages per rank under the multi-stage schedules (zero-bubble ones split weight gradients)."""
+    check(run_program(n, "pipeline_schedules", schedule, torchrun=True), ref_pipeline_schedules())
+
+
+@reference
+def ref_fsdp2_flex_sac():
+    """The unsharded model with FlexAttention's document mask written out as a dense SDPA mask; accumulation
+    of 2 equal microbatches of loss / 2 over ranks is the global batch's mean loss."""
+    program = _program("fsdp2_flex_sac")
+    docs = program.document_ids(program.SEQ)
+    i = torch.arange(program.SEQ)
+    mask = (docs[:, None] == docs[None, :]) & (i[:, None] >= i[None, :])
+    program.attention = lambda q, k, v, block_mask: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.manual_seed(0)
+    model = program.Transformer()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, program.lr_lambda)
+    losses = []
+    for tokens in program.batches(torch.Generator().manual_seed(5)):
+        loss = F.cross_entropy(model(tokens[:, :-1], None).reshape(-1, program.VOCAB), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        scheduler.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, param_sum(model)
+
+
+@gpus(2, 4)
+@pytest.mark.parametrize("offload", first_then_full([False, True], ["gpu", "offload"]))
+@needs("torch.distributed.fsdp:fully_shard", "torch.nn.attention.flex_attention:create_block_mask",
+       "torch.utils.checkpoint:create_selective_checkpoint_contexts")
+def test_fsdp2_flex_sac(n, offload):
+    """Meta-device init, FlexAttention document mask, selective checkpointing, compiled blocks, accumulation
+    with set_requires_gradient_sync; with CPUOffloadPolicy under --full."""
+    check(run_program(n, "fsdp2_flex_sac", *(["--offload"] if offload else []), torchrun=True), ref_fsdp2_flex_sac())
+
+
+@reference
+def ref_dcp_async_resume():
+    """The checkpoint/restart is the identity (the program asserts the resumed losses repeat the first run's):
+    6 steps over DistributedSampler(shuffle, seed 3)'s permutation, AdamW with StepLR."""
+    program = _program("dcp_async_resume")
+    torch.manual_seed(0)
+    model = program.Model()
+    opt = torch.optim.AdamW(model.parameters(), lr=5e-3)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    x, y = program.dataset().tensors
+    perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(3))
+    losses = []
+    for step in range(program.STEPS):
+        idx = perm[step * program.GLOBAL_BATCH:(step + 1) * program.GLOBAL_BATCH]
+        loss = F.mse_loss(model(x[idx]), y[idx])
+        loss.backward()
+        opt.step()
+        scheduler.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, param_sum(model)
+
+
+@gpus(2, 4)
+@pytest.mark.parametrize("checkpointer", first_then_full(["thread", "process"], ["thread", "process"]))
+@needs("torch.distributed.checkpoint:async_save", "torch.distributed.checkpoint.state_dict_saver:AsyncCheckpointerType")
+def test_dcp_async_resume(n, checkpointer, tmp_path):
+    """async_save on the default "cuda:nccl,cpu:gloo" group while training goes on, then a restart."""
+    check(run_program(n, "dcp_async_resume", str(tmp_path / "ckpt"), checkpointer, torchrun=True),
+          ref_dcp_async_resume())
+
+
+@reference
+def ref_context_parallel_llm():
+    """Context parallelism splits the sequence, FSDP the parameters: the full sequence on one process."""
+    program = _program("context_parallel_llm")
+    torch.manual_seed(0)
+    model = program.GPT()
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    positions = torch.arange(program.SEQ).expand(program.BATCH, program.SEQ)
+    losses = []
+    for tokens in program.batches(torch.Generator().manual_seed(23)):
+        loss = F.cross_entropy(model(tokens[:, :-1], positions).reshape(-1, program.VOCAB), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, param_sum(model)
+
+
+@gpus(2, 4)
+@needs("torch.distributed.tensor.experimental:context_parallel", "torch.distributed.fsdp:fully_shard")
+def test_context_parallel_llm(n):
+    """The ring merges partial attention in another order than one softmax: float32 differences of 1e-7,
+    which AdamW's normalised step turns into whole steps (2e-3) where a gradient is near 0. The final sum
+    of ~40k parameters is near 0.6 and moved by up to 2.3e-4 (4 GPUs; 4e-5 on 2), hence atol 1e-3 (the
+    losses, about 4.7, are held to rtol 1e-4 as everywhere)."""
+    check(run_program(n, "context_parallel_llm", torchrun=True), ref_context_parallel_llm(), atol=1e-3)
+
+
+@reference
+def ref_tp_loss_parallel():
+    program = _program("tp_loss_parallel")
+    torch.manual_seed(0)
+    model = program.Transformer()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for tokens in program.batches(torch.Generator().manual_seed(8)):
+        loss = F.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten(0, 1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, param_sum(model)
+
+
+@gpus(2, 4)
+@needs("torch.distributed.tensor.parallel:loss_parallel")
+def test_tp_loss_parallel(n):
+    check(run_program(n, "tp_loss_parallel", torchrun=True), ref_tp_loss_parallel())
+
+
+@reference
+def ref_amp_fp16_compile():
+    """The host's float16 autocast and GradScaler (AMP_RTOL: ref_amp_ddp says why); the first step
+    overflows at 2**30 on any number of GPUs and the scale then stays far from overflow, so the scales and
+    the skipped step are CUDA's exactly."""
+    program = _program("amp_fp16_compile")
+    torch.manual_seed(0)
+    model = program.Model()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    scaler = torch.amp.GradScaler("cpu", init_scale=program.INIT_SCALE, backoff_factor=program.BACKOFF,
+                                  growth_interval=3)
+    losses, scales = [], []
+    for x, y in program.data(torch.Generator().manual_seed(77)):
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+        losses.append(loss.float().item())
+        scales.append(scaler.get_scale())
+    return (losses, param_sum(model)), scales
+
+
+@gpus(2, 4)
+def test_amp_fp16_compile(n):
+    done = launch(n, "amp_fp16_compile", torchrun=True)
+    (losses, final), scales = ref_amp_fp16_compile()
+    check(parse(n, "amp_fp16_compile", done), (losses, final), rtol=AMP_RTOL, atol=AMP_ATOL)
+    printed = [float(s) for s in re.findall(r"^scale \d+ (\S+)$", done.stdout, re.M)]
+    assert printed == scales, (printed, scales)
+    assert re.search(r"^skipped 1$", done.stdout, re.M), done.stdout
+
+
+@reference
+def ref_megatron_tp():
+    """The unsplit model the program splits its master weights from; clipping to a global norm of 1."""
+    program = _program("megatron_tp")
+    torch.manual_seed(0)
+    model = program.Reference()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for tokens in program.batches(torch.Generator().manual_seed(19)):
+        loss = F.cross_entropy(model(tokens[:, :-1]).reshape(-1, program.VOCAB), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, param_sum(model)
+
+
+@gpus(2, 4)
+def test_megatron_tp(n):
+    """Hand-written column/row/vocab-parallel layers over autograd Functions, a CUDA RNG tracker."""
+    check(run_program(n, "megatron_tp", torchrun=True), ref_megatron_tp())

@@ -1,7 +1,8 @@
 """torch.distributed under simulation: "nccl" means the strict sim backend, held to NCCL's placement.
 
 A program asks for "nccl" (in init_process_group, new_group, or a "cpu:gloo,cuda:nccl" map) and
-gets a SimProcessGroup registered as "sim_nccl" for both device types: every NCCL rule of the sim
+gets a SimProcessGroup registered as "sim_nccl" for both device types (a map's host tensors on a gloo
+group of their own: host_channel.py): every NCCL rule of the sim
 backend, plus NCCL's refusal of host tensors, which a CPU simulator would otherwise let through.
 Object collectives move their bytes through the current simulated GPU, as they do over NCCL.
 `dist.get_backend()` still answers "nccl".
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import sys
 from typing import Any, Callable
 
@@ -83,11 +85,18 @@ def _simulated(backend: Any) -> Any:
         return backend
     if text == "undefined":  # torch's default on a CUDA machine
         return SIM_NCCL_HOST if _default_serves_host() else SIM_NCCL
-    if text == "nccl":
+    if text in _NCCL_NAMES:
         return SIM_NCCL
-    if "nccl" in text:  # a device map such as "cpu:gloo,cuda:nccl": one sim group serves both
-        return SIM_NCCL_HOST
+    if ":" in text and "nccl" in text:  # a device map: "cpu:gloo,cuda:nccl" serves both, "cuda:nccl" GPUs only
+        mapped = dict(part.strip().split(":", 1) for part in text.split(",") if ":" in part)
+        if any(name in _NCCL_NAMES for name in mapped.values()):
+            return SIM_NCCL_HOST if "cpu" in mapped else SIM_NCCL
     return backend
+
+
+# "nccl" and torch >= 2.15's other NCCL backends (CUDA builds register them on first use; "nccl-lazy" is
+# what 2.15's pipelining recommends): each an NCCL group, GPU tensors only
+_NCCL_NAMES = ("nccl", "nccl2", "nccl-lazy", "nccl-legacy")
 
 
 def _default_serves_host() -> bool:
@@ -220,7 +229,13 @@ def _create(store: dist.Store, rank: int, size: int, timeout: Any, devices: tupl
     """A program's NCCL group. A rank that never arrives is reported after the group's own timeout
     (torch's default for NCCL: 10 minutes), as NCCL's watchdog would: a program in which one rank
     evaluates or saves while the others wait at a barrier is correct, however slow the CPU."""
-    return SimProcessGroup(store, rank, size, timeout, devices=devices, strict_timeout=timeout.total_seconds())
+    from simgpu.cuda_sim import plan
+    from simgpu.cuda_sim.host_channel import HostAndGpuGroup
+
+    # a group that serves host tensors too has gloo's communicator for them, as on CUDA (host_channel.py);
+    # a plan of a sample of ranks keeps SimProcessGroup's stand-in for every group
+    kind = HostAndGpuGroup if "cpu" in devices and not os.environ.get(plan.ENV_RANKS) else SimProcessGroup
+    return kind(store, rank, size, timeout, devices=devices, strict_timeout=timeout.total_seconds())
 
 
 def _bucket_buffer(original: Callable) -> Callable:

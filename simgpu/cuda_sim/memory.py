@@ -23,6 +23,7 @@ a reserve left, HostMemoryExhausted (one line) stops the program before the kern
 from __future__ import annotations
 
 import bisect
+import re
 import threading
 from typing import Any, Callable
 
@@ -361,6 +362,20 @@ class DeviceMemory:
             out.update({f"{name}.{field_name}": 0 for field_name in ("current", "peak", "allocated", "freed")})
         return out
 
+    def refused_by_host(self, exc: RuntimeError) -> torch.cuda.OutOfMemoryError | None:
+        """CUDA's OutOfMemoryError for a request that the host's allocator refused before it was charged here
+        (one tensor larger than the host's memory, as an OOM guard or a batch-size finder asks for), when this
+        GPU could not hold it either; None otherwise (the host's own shortage, or another error)."""
+        found = _HOST_REFUSED.search(str(exc))
+        if found is None:
+            return None
+        size = round_size(int(found[1]))
+        with self._lock:
+            if self.total_reserved() + segment_size(size) <= self.limit:
+                return None
+            self.ooms += 1
+            return torch.cuda.OutOfMemoryError(self._oom_message(size))
+
     def _oom_message(self, block: int) -> str:
         """CUDA's message (CUDACachingAllocator.cpp, torch 2.x), with this simulated GPU's numbers."""
         free = max(self.limit - self.total_reserved(), 0)
@@ -373,6 +388,9 @@ class DeviceMemory:
                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
                 "Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables) "
                 f"(simgpu: simulated GPU of {format_size(self.capacity)}; simgpu run --memory-gb sets it)")
+
+
+_HOST_REFUSED = re.compile(r"DefaultCPUAllocator: can't allocate memory: you tried to allocate (\d+) bytes")
 
 
 def format_size(nbytes: int) -> str:

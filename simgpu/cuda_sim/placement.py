@@ -324,7 +324,13 @@ class PlacementMode(TorchDispatchMode):
         with _NoTorchFunction():
             if _storage_less:
                 return self._place_storage_less(func, types, args, kwargs)
-            return self._place(func, types, args, kwargs)
+            try:
+                return self._place(func, types, args, kwargs)
+            except RuntimeError as exc:
+                oom = _gpu_refusal(exc, args, kwargs or {})
+                if oom is None:
+                    raise
+                raise oom from None
 
     def _place_storage_less(self, func: Any, types: Any, args: tuple, kwargs: dict | None) -> Any:
         """A plan's op: its meta kernel runs seeing its tensors' own (meta) device, its result is placed
@@ -423,6 +429,24 @@ class PlacementMode(TorchDispatchMode):
         if op.blas is not None:  # the cuBLAS workspaces its CUDA kernel takes on first use, after its outputs
             workspaces.charge(op.blas, target, args, kwargs)
         return out
+
+
+def _gpu_refusal(exc: RuntimeError, args: tuple, kwargs: dict) -> torch.OutOfMemoryError | None:
+    """The host refused a GPU op's allocation before the simulated allocator saw it: CUDA's OutOfMemoryError
+    where the op's GPU could not hold the request either (memory.py), so OOM guards catch what they catch on
+    CUDA; None for host ops and for requests the GPU could hold (the host's own shortage)."""
+    device = _resolve_device(kwargs.get("device"))
+    if device in (_HOST, _ELSEWHERE):
+        return None
+    return refused_on(exc, device if isinstance(device, int) else gpu_of_call(args, kwargs))
+
+
+def refused_on(exc: RuntimeError, index: int | None) -> torch.OutOfMemoryError | None:
+    """CUDA's OutOfMemoryError for a host allocation refused while making a tensor on simulated GPU `index`,
+    where that GPU could not hold it either (memory.py); None otherwise."""
+    if index is None or isinstance(exc, torch.OutOfMemoryError):
+        return None
+    return devices.table().memory[index].refused_by_host(exc)
 
 
 def _data_less_inputs(func: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict, list[torch.Tensor]]:

@@ -4,8 +4,8 @@ A program that profiles with `ProfilerActivity.CUDA` (or the older `use_device="
 asks torch to record CUDA events and kernels. Simulated GPUs run no kernels, and torch's C++ would try
 CUDA's event calls on every op and print a warning with a C++ stack trace each time (hundreds per step),
 on a CPU build and on a CUDA build alike. So the CUDA activity is taken out before the profiler starts,
-the host activity (every op, shapes, memory, stacks, as asked) is recorded as usual, and the first such
-profiler of a process prints one line saying what was left out.
+the host activity (every op, shapes, memory, stacks, as asked) is recorded as usual, also where only CUDA
+activity was asked for, and the first such profiler of a process prints one line saying what was left out.
 """
 from __future__ import annotations
 
@@ -26,6 +26,9 @@ def _host_only(init: Any) -> Any:
             kwargs["use_device"] = None
             if "use_cuda" in kwargs:  # deprecated, and gone from newer torch
                 kwargs["use_cuda"] = False
+            # activities=[ProfilerActivity.CUDA] alone (use_cpu=False): what is left to record is the host's
+            # activity, which CUDA's kernels would have stood for (with nothing, torch asserts "No activities")
+            kwargs["use_cpu"] = True
             if not _said:
                 _said = True
                 print(NOTE, file=sys.stderr)

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._device import _device_constructors  # the factories torch.set_default_device gives a device
 
 from simgpu.cuda_sim import attention, devices, generators, half_fft, host_register, legacy_types, placement
 from simgpu.cuda_sim.errors import SimulationError
@@ -409,6 +410,19 @@ def _issued_on(index: int, func: Callable, args: tuple, kwargs: dict) -> Any:
         placement.issue_on(previous)
 
 
+
+
+def _default_gpu() -> torch.device | None:
+    """The simulated GPU that torch.set_default_device made the default, if it did.
+
+    torch puts that device's DeviceContext at the bottom of the mode stack, below this mode, which so saw
+    factories without their device and left them to torch's C++ ("PyTorch is not linked with support for
+    cuda devices"); a `with torch.device("cuda")` block's context lies above and passes its device on."""
+    context = getattr(getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None), "device_context", None)
+    device = getattr(context, "device", None)
+    return device if isinstance(device, torch.device) and device.type == "cuda" else None
+
+
 class SimCudaMode(TorchFunctionMode):
     """The program's torch calls: device arguments and CUDA's host-tensor rule (module docstring)."""
 
@@ -419,6 +433,10 @@ class SimCudaMode(TorchFunctionMode):
         pairs = _GENERIC.get(func)
         if pairs is None:
             pairs = _GENERIC[func] = _generic(func)
+        if "device" not in kwargs and func in _device_constructors():
+            default = _default_gpu()
+            if default is not None:  # torch.set_default_device("cuda"): its mode lies below this one
+                kwargs = {**kwargs, "device": default}
         if pairs is not _SPECIAL_CALL and "device" not in kwargs and not kwargs.get("pin_memory"):
             # most calls: no device argument and nothing of the cases below, only CUDA's same-device rule
             if not pairs:
@@ -471,11 +489,17 @@ class SimCudaMode(TorchFunctionMode):
         if target == _HOST:
             with placement.host_requested():  # a host result, whatever the inputs' devices
                 return func(*args, **kwargs)
-        if func in _RANDOM:  # drawn by the op placement sees, from that GPU's generator (random_ops.py)
-            with placement.random_factory_on(target):
-                return placement.label(func(*args, **kwargs), target)
-        with suspended():
-            out = func(*args, **kwargs)
+        try:
+            if func in _RANDOM:  # drawn by the op placement sees, from that GPU's generator (random_ops.py)
+                with placement.random_factory_on(target):
+                    return placement.label(func(*args, **kwargs), target)
+            with suspended():
+                out = func(*args, **kwargs)
+        except RuntimeError as exc:  # a request larger than the host's memory: CUDA's OOM if the GPU can't hold it
+            oom = placement.refused_on(exc, target)
+            if oom is None:
+                raise
+            raise oom from None
         return placement.label(out, target)
 
 
