@@ -26,7 +26,7 @@ from typing import Any, Callable
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
-from simgpu.cuda_sim import devices, generators
+from simgpu.cuda_sim import cuda_build, devices, generators
 
 Tensor = torch.Tensor
 aten = torch.ops.aten
@@ -440,5 +440,5 @@ _KERNELS = {
 }
 STAND_INS: dict[Any, Callable] = {
     getattr(aten, name): _on_gpus_only(getattr(aten, name), kernel) for name, kernel in _KERNELS.items()
-    if hasattr(aten, name) and not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "CPU")
+    if cuda_build.host_lacks(name)
 }

@@ -7,6 +7,10 @@ the import would fail inside torch, far from the program: torch._inductor.cudagr
 whenever torch.cuda.is_available(), which every FSDPTest in PyTorch's own suite calls before and
 after each test. The stand-ins here make those imports succeed; they are opaque types that only CUDA
 graphs use, and CUDA graphs are refused under simulation (surface.py), so nothing ever calls them.
+
+The same question for ops, `host_lacks`: an aten op the installed torch has with no CPU kernel (CUDA-only
+ops, or ones a torch version has only for CUDA) is one a simulated GPU must run itself, by CUDA's formula
+(attention_kernels.py, scaled_mm_kernels.py) or with a one-line refusal (cuda_kernels.py).
 """
 from __future__ import annotations
 
@@ -22,6 +26,11 @@ class AllocatorState:
 
 
 STAND_INS = {"_cuda_CUDAAllocator_AllocatorState": AllocatorState}
+
+
+def host_lacks(name: str) -> bool:
+    """Whether this torch has the op aten::`name` but no CPU kernel for it."""
+    return hasattr(torch.ops.aten, name) and not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "CPU")
 
 
 def install() -> None:

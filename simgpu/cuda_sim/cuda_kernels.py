@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from simgpu.cuda_sim import attention_kernels, linalg_kernels, scaled_mm_kernels
+from simgpu.cuda_sim import attention_kernels, cuda_build, linalg_kernels, scaled_mm_kernels
 from simgpu.cuda_sim.norm_kernels import wide  # half-precision statistics in float32, as CUDA's
 
 Tensor = torch.Tensor
@@ -113,7 +113,7 @@ STAND_INS: dict[Any, Callable[..., Any]] = {
     **scaled_mm_kernels.STAND_INS,  # float8 scaled matmul, where the host has no kernel (torch 2.11)
     **{getattr(aten, name): _refused(name) for name in (
         "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward")
-        if hasattr(aten, name) and not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "CPU")},
+        if cuda_build.host_lacks(name)},
     aten.batch_norm_stats: batch_norm_stats,
     aten.batch_norm_gather_stats_with_counts: batch_norm_gather_stats_with_counts,
     aten.batch_norm_elemt: batch_norm_elemt,

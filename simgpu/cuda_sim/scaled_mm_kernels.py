@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from simgpu.cuda_sim import cuda_build
+
 Tensor = torch.Tensor
 aten = torch.ops.aten
 
@@ -67,8 +69,4 @@ def scaled_mm_v2(mat_a: Tensor, mat_b: Tensor, scale_a: list[Tensor], recipe_a: 
     return out.to(out_dtype or mat_a.dtype)
 
 
-def _host_lacks(name: str) -> bool:
-    return hasattr(aten, name) and not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "CPU")
-
-
-STAND_INS: dict[Any, Any] = {aten._scaled_mm_v2: scaled_mm_v2} if _host_lacks("_scaled_mm_v2") else {}
+STAND_INS: dict[Any, Any] = {aten._scaled_mm_v2: scaled_mm_v2} if cuda_build.host_lacks("_scaled_mm_v2") else {}
