@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._device import _device_constructors  # the factories torch.set_default_device gives a device
+from torch.utils._device import _device_constructors
 
 from simgpu.cuda_sim import attention, devices, generators, half_fft, host_register, legacy_types, placement
 from simgpu.cuda_sim.errors import SimulationError
@@ -410,6 +410,7 @@ def _issued_on(index: int, func: Callable, args: tuple, kwargs: dict) -> Any:
         placement.issue_on(previous)
 
 
+_DEVICE_CONSTRUCTORS = _device_constructors()  # the factories torch.set_default_device gives a device
 
 
 def _default_gpu() -> torch.device | None:
@@ -433,7 +434,7 @@ class SimCudaMode(TorchFunctionMode):
         pairs = _GENERIC.get(func)
         if pairs is None:
             pairs = _GENERIC[func] = _generic(func)
-        if "device" not in kwargs and func in _device_constructors():
+        if "device" not in kwargs and func in _DEVICE_CONSTRUCTORS:
             default = _default_gpu()
             if default is not None:  # torch.set_default_device("cuda"): its mode lies below this one
                 kwargs = {**kwargs, "device": default}
