@@ -56,7 +56,7 @@ from torch._C._distributed_c10d import (
 
 from simgpu import collective_echo, collective_profiling, comm_log, faults, gloo_listener
 from simgpu import nccl_rules as rules
-from simgpu.cuda_sim import placement, plan, stream_clocks
+from simgpu.cuda_sim import placement, plan, plan_host, stream_clocks
 from simgpu.cuda_sim.tensors import suspended
 from simgpu.p2p_check import P2PChecker
 from simgpu.p2p_pairs import PairRendezvous
@@ -191,6 +191,10 @@ class SimWork(dist.Work):
             raise self._error
 
     def wait(self, timeout: timedelta | None = None) -> bool:
+        with plan_host.SIM:
+            return self._wait(timeout)
+
+    def _wait(self, timeout: timedelta | None) -> bool:
         if self._inner is not None:
             self._inner.wait() if timeout is None else self._inner.wait(timeout)
         if self.cpp_may_hold and _waited_by_python():  # the waiter holds the handle (FSDP2's reduce-scatter),
@@ -401,6 +405,10 @@ def _collective(op: str) -> Callable:
     def decorate(method: Callable) -> Callable:
         @functools.wraps(method)
         def call(self: "SimProcessGroup", *args: Any, **kwargs: Any) -> Any:
+            with plan_host.SIM:  # the simulation's own host work (a plan's measured host leaves it out)
+                return _called(self, args, kwargs)
+
+        def _called(self: "SimProcessGroup", args: tuple, kwargs: dict) -> Any:
             self._local.checked = False
             self._local.ticket = None
             try:
@@ -435,7 +443,7 @@ def _point_to_point(kind: str) -> Callable:
         def call(self: "SimProcessGroup", tensors: list[Tensor], *args: Any, **kwargs: Any) -> Any:
             named = (v for k, v in kwargs.items() if k in ("dst", "src", "dstRank", "srcRank"))
             peer = args[0] if args else next(named, -1)
-            with collective_profiling.point_to_point(kind, self.rank(), peer, tensors):
+            with plan_host.SIM, collective_profiling.point_to_point(kind, self.rank(), peer, tensors):
                 return method(self, tensors, *args, **kwargs)
         return call
     return decorate

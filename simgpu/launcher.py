@@ -18,6 +18,7 @@ step-time estimate (simgpu.cuda_sim.plan, docs/plan-mode.md).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import shutil
@@ -213,7 +214,7 @@ def _run_plan(cmd: list[str], gpu_name: str, env: dict[str, str], memory_gb: flo
               use_template: bool, trace: str | None = None, sample: list[int] | str | None = None) -> int:
     """A plan (docs/plan-mode.md): each GPU's allocator gets what the named GPU leaves it after the CUDA
     context and NCCL's buffers (unless --memory-gb says otherwise); the plan's table is printed at the end."""
-    from simgpu.cuda_sim import gpu_specs, plan, plan_sample
+    from simgpu.cuda_sim import gpu_specs, plan, plan_host, plan_sample
 
     try:
         gpu = gpu_specs.gpu(gpu_name)
@@ -221,7 +222,10 @@ def _run_plan(cmd: list[str], gpu_name: str, env: dict[str, str], memory_gb: flo
         raise SystemExit(f"simgpu run: --plan: {exc}") from None
     keep = env.get(plan.ENV_DIR)  # set by the caller: the ranks' plan files stay there (plan_reference/compare.py)
     folder = keep or tempfile.mkdtemp(prefix="simgpu-plan-")
+    os.makedirs(folder, exist_ok=True)
     env = {**env, plan.ENV_GPU: gpu.name, plan.ENV_DIR: folder}
+    if not env.get(plan_host.ENV_HOST):  # this host without simulation, once for every rank (plan_host.calibrate)
+        env[plan_host.ENV_HOST] = json.dumps(plan_host.baseline())
     if trace is not None:
         env[plan.ENV_TRACE] = "1"
     if memory_gb is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -251,68 +252,116 @@ def test_ranks_alike_are_grouped() -> None:
     assert "ranks alike (the same ops, FLOPs, bytes and collectives every step, the same peaks): 0-2, 5; 3; 4" in lines
 
 
-def test_host_launch_time_bounds_a_step() -> None:
-    """Many small ops: the GPU would finish them faster than the host issues them, so the step is the
-    host's time (plan_host.py); one large matmul: the GPU's."""
+def test_host_clock_bounds_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many small ops each after 50 us of the program's own host work: the GPU waits for the host, and the
+    step is the host's time; one large matmul issued at once: the GPU's. A `.item()` moves the host to the
+    GPU's clock. (plan_host's measurement is replaced by fixed figures here; its own test is below.)"""
     from simgpu.cuda_sim import plan, plan_host
 
+    program_us = [50.0]
+    monkeypatch.setattr(plan_host, "take", lambda: plan_host.Take(program_us[0], 0, 0))
+    monkeypatch.setattr(plan_host, "PROBE_EVERY_US", float("inf"))  # this host's speed held at probe_us
     mm = torch.ops.aten.mm.default
     small = torch.empty(8, 8, device="meta")
     recorder = plan.Recorder("h200-141g")
+    recorder.probe_us = 100.0
+    recorder.host_model = plan_host.HostModel(0.0, 0.0, reference_probe_us=50.0)  # the box: twice this host's speed
+    recorder.calibrated = True
     for _ in range(1000):
         recorder.op(mm, (small, small), {}, mm(small, small))
-    recorder.collective("all_reduce", 2, [[small]], group=1)
-    recorder.collective("send", 2, [[small], 1], group=2)  # a pipeline's message (counted under --ranks)
     recorder.step()
     step = recorder.steps[0]
-    assert step["host_us"] == pytest.approx(1000 * plan_host.OP_US + plan_host.COLLECTIVE_US + plan_host.P2P_US)
-    assert step["gpu_step_us"] < step["host_us"] == step["step_us"]
+    assert step["host_us"] == pytest.approx(1001 * 25.0)  # every issue (and the step's end) after 25 us on the box
+    assert step["step_us"] == pytest.approx(step["host_us"]) and step["gpu_step_us"] <= step["host_us"]
+    assert step["host_idle_us"] > 0.9 * step["host_us"] and step["compute_us"] < 0.1 * step["host_us"]
+    program_us[0] = 0.0
     big = torch.empty(16384, 16384, dtype=torch.float32, device="meta")
-    recorder.op(mm, (big, big), {}, mm(big, big))  # 8.8 TFLOP at fp32: ~176 ms on the H200, one op to issue
+    recorder.op(mm, (big, big), {}, mm(big, big))  # 8.8 TFLOP at fp32: ~176 ms on the H200, issued at once
+    recorder.host_waits("compute")  # loss.item(): the host waits for the matmul
+    assert recorder.host == pytest.approx(recorder.clock)
     recorder.step()
     step = recorder.steps[1]
-    assert step["host_us"] == pytest.approx(plan_host.OP_US) and step["step_us"] == step["gpu_step_us"] > 1e5
+    assert step["step_us"] == pytest.approx(step["gpu_step_us"]) and step["gpu_step_us"] > 1e5
+    assert step["host_idle_us"] == 0.0
 
 
-def test_host_model_fit_recovers_its_constants() -> None:
-    """fit() finds the constants that generated rows (host-bound and GPU-bound mixed), and refuses nothing
-    to fit; host_us refuses negative counts."""
+def test_sections_leave_the_simulation_out() -> None:
+    """plan_host's accounting: CPU inside SIM/DISPATCH sections is not the program's (nested ones count
+    once), a refunded section is, only DISPATCH sections count as entries, note_call counts calls."""
     from simgpu.cuda_sim import plan_host
 
-    rows = [plan_host.Row(ops, coll, gpu, plan_host.step_us(gpu, ops, coll, 7.0, 1500.0))
-            for ops, coll, gpu in ((300, 9, 10e3), (200, 15, 12e3), (600, 40, 150e3), (350, 28, 9e3), (900, 2, 4e3))]
-    op_us, coll_us, error = plan_host.fit(rows)
-    assert (op_us, coll_us) == (7.0, 1500.0) and error == pytest.approx(0.0, abs=1e-12)
-    with pytest.raises(ValueError, match="no rows"):
-        plan_host.fit([])
-    with pytest.raises(ValueError, match="ops=-1"):
-        plan_host.host_us(-1, 0)
+    def burn(seconds: float) -> None:
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
 
-
-def test_host_constants_are_the_fit_of_the_recorded_h200_runs() -> None:
-    """OP_US and COLLECTIVE_US are what host_fit.py's fit gives on the committed H200 results (a finer
-    grid near them, so the test is quick), P2P_US what it gives on the pipeline rows planned with --ranks:
-    change the data or the model and this says the constants moved."""
-    sys.path.insert(0, str(ROOT / "benchmarks" / "plan_reference"))
+    was = plan_host._SimSection.active
+    plan_host.activate()
     try:
-        import host_fit
+        plan_host.take()
+        burn(0.03)  # the program's
+        with plan_host.DISPATCH:
+            burn(0.05)  # the simulation's
+            with plan_host.SIM:
+                burn(0.02)
+        with plan_host.SIM:
+            burn(0.02)
+        plan_host.note_call()
+        taken = plan_host.take()
+        assert 25e3 < taken.program_us < 45e3 and (taken.calls, taken.entries) == (1, 1)
+        with plan_host.DISPATCH:
+            burn(0.03)
+            plan_host.SIM.refund()  # an op on host tensors: the box's CPU does it too
+        taken = plan_host.take()
+        assert taken.program_us > 25e3 and taken.entries == 1
     finally:
-        sys.path.pop(0)
+        plan_host._SimSection.active = was
+
+
+def test_host_model_checks_its_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bad SIMGPU_PLAN_HOST_PROBE_US or SIMGPU_PLAN_HOST is refused naming the variable; the probe of
+    this host is a positive time; the launcher's baseline holds the three figures calibrate reads."""
     from simgpu.cuda_sim import plan_host
 
-    table = host_fit.table(host_fit.RESULTS, host_fit.PLANS)
-    rows = [r for world in (2, 4) for _, layout, _, r in table[world] if layout != "pp"]
-    assert len(rows) == 84
-    op_us, coll_us, error = plan_host.fit(rows, [float(u) for u in range(0, 11)], [1500.0 + 25 * k for k in range(41)])
-    assert (op_us, coll_us) == (plan_host.OP_US, plan_host.COLLECTIVE_US)
-    before = plan_host.typical_error(r.gpu_step_us / r.measured_us for r in rows)
-    assert error < 0.15 < before  # 10.2% after (docs/plan-mode.md)
-    pipeline = [r for world in (2, 4) for _, layout, _, r in table[world] if layout == "pp"]
-    assert len(pipeline) == 18 and all(r.p2p > 0 for r in pipeline)
-    p2p_us, p2p_error = plan_host.fit_p2p(pipeline)
-    assert p2p_us == plan_host.P2P_US
-    bubbles_only = plan_host.typical_error(r.gpu_step_us / r.measured_us for r in pipeline)
-    assert p2p_error < 0.15 < bubbles_only  # 11.5% with the messages' host time, 62.2% with the bubbles alone
+    monkeypatch.setenv(plan_host.ENV_REFERENCE, "fast")
+    with pytest.raises(ValueError, match="SIMGPU_PLAN_HOST_PROBE_US='fast'"):
+        plan_host.reference_probe_us()
+    monkeypatch.setenv(plan_host.ENV_REFERENCE, "250")
+    assert plan_host.reference_probe_us() == 250.0
+    monkeypatch.setenv(plan_host.ENV_HOST, "{}")
+    with pytest.raises(ValueError, match="SIMGPU_PLAN_HOST"):
+        plan_host.calibrate(torch.zeros(1))
+    base = plan_host.baseline()
+    assert set(base) == {"probe_us", "call_us", "view_us"} and all(v > 0 for v in base.values())
+
+
+def test_plan_values_read_back_as_zeros_and_foreach_is_priced() -> None:
+    """Pickling and torch.save of a storage-less tensor give zeros (the GPU's data is not simulated in a
+    plan), as .cpu() does; an in-place foreach op (AdamW's kernels return nothing) is priced on its GPU."""
+    proc = simgpu_run("--gpus", "1", "--plan", "h200-141g", sys.executable, str(SCRIPTS / "plan_values.py"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("{")))
+    assert out["pickled"] == {"device": "cuda:0", "shape": [3, 4], "zeros": True}
+    assert out["saved_zeros"] is True
+    assert out["foreach_ops"] == 1 and out["foreach_us"] > 0
+
+
+def test_plan_measures_the_programs_own_host_work() -> None:
+    """A step whose Python spends ~120 ms of CPU between its ops: the plan counts that CPU as the program's
+    (not the simulation's) and the step is bound by the host; the same program without it is not."""
+    script = SCRIPTS / "plan_host_work.py"
+    runs = {}
+    for busy in ("0.12", "0"):
+        proc = simgpu_run("--gpus", "1", "--plan", "h200-141g", sys.executable, str(script), busy,
+                          env={"SIMGPU_PLAN_DIR": ""})
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        runs[busy] = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("{")))
+    busy, idle = runs["0.12"], runs["0"]
+    assert busy["program_cpu_us"] > 0.9 * busy["busy_cpu_us"] > 1e5
+    assert idle["program_cpu_us"] < 0.5 * busy["busy_cpu_us"]
+    scale = busy["reference_probe_us"] / busy["probe_us"]
+    assert busy["host_us"] > 0.8 * busy["busy_cpu_us"] * scale
+    assert busy["step_us"] >= busy["host_us"] and busy["host_idle_us"] > 0
 
 
 def _table_rows(stderr: str) -> dict[int, list[str]]:
@@ -337,8 +386,10 @@ def test_sampled_ranks_give_the_full_runs_peaks_and_steps(wrap: str) -> None:
     assert sampled[0]["count"] == 4
     full_rows, sample_rows = _table_rows(full.stderr), _table_rows(sample.stderr)
     assert sorted(sample_rows) == [0, 3]
-    for rank in (0, 3):  # peaks, steps, compute, communication, host and step ms: column for column
-        assert sample_rows[rank] == full_rows[rank], (full.stderr, sample.stderr)
+    for rank in (0, 3):  # peaks, steps, compute and communication column for column; the host is measured
+        assert sample_rows[rank][:8] == full_rows[rank][:8], (full.stderr, sample.stderr)
+        host_sample, host_full = float(sample_rows[rank][10]), float(full_rows[rank][10])
+        assert 0.4 < host_sample / host_full < 2.5, (full.stderr, sample.stderr)  # each process's own Python, alike
     assert "ran 2 of 4 ranks (0, 3)" in sample.stderr and "check passed" in sample.stderr
     # --ranks auto makes the same choice and says why: from fully_shard's default mesh (one unnamed
     # dimension of 4), or for DDP (no mesh by rank 0's first optimizer step) the first and the last rank
@@ -352,7 +403,7 @@ def test_sampled_ranks_give_the_full_runs_peaks_and_steps(wrap: str) -> None:
     assert why in auto.stderr, auto.stderr
     assert "ran 2 of 4 ranks (0, 3)" in auto.stderr and "check passed" in auto.stderr
     auto_rows = _table_rows(auto.stderr)
-    assert all(auto_rows[rank] == full_rows[rank] for rank in (0, 3)), auto.stderr
+    assert all(auto_rows[rank][:8] == full_rows[rank][:8] for rank in (0, 3)), auto.stderr
 
 
 def test_auto_sample_takes_whole_pipelines_and_the_ends_of_every_other_dimension() -> None:
@@ -463,6 +514,13 @@ def test_sampled_point_to_point_carries_data_and_the_senders_clock(monkeypatch: 
     assert got.tolist() == [7, 8, 9]
     assert recorder.clock > busy and recorder.current["exposed_wait_us"] > busy
     assert recorder.current["p2p"] == 2 and recorder.current["collectives"] == 0
+    sender.send([torch.tensor(5.0)], 1)  # NCCL moves counts: a scalar into a one-element buffer (pipelining's
+    one = torch.zeros(1)                   # shape inference on torch 2.11 sends one so)
+    receiver.recv([one], 0).wait()
+    assert one.tolist() == [5.0]
+    sender.send([torch.zeros(2)], 1)
+    with pytest.raises(RuntimeError, match=r"receives torch.float32\[3\] from group rank 0, which sent torch.float32\[2\]"):
+        receiver.recv([torch.zeros(3)], 0).wait()
     monkeypatch.setenv(plan_roles.ENV_RANKS, "0")
     with pytest.raises(RuntimeError, match="rank 0 sends to rank 1, which this plan does not run; add rank 1"):
         sender.send([got], 1)

@@ -9,8 +9,7 @@ per model size, layout and rank, the peak reserved memory and the step time. Pri
 The plan's memory is what the program itself read from torch.cuda under the plan (the allocator model's
 peaks, per layout: step_reference resets them between layouts). Its step time is the plan's record of
 each rank's last optimizer step in the layout (the timeline of plan.py: compute, collectives overlapping
-it until the program waits on the default stream), bounded by the host's launch time as plan_host.py
-has it now (recomputed from the recorded counts: a record made before a refit shows today's figure).
+it until the program waits on the default stream, each op no earlier than the host issued it: plan_host.py).
 Under `--ranks` rank 0's record holds its own figures for every rank (all_gather_object completes by
 symmetry): memory is then compared on rank 0's row only ("-" elsewhere); each rank's step comes from its
 own plan file.
@@ -98,14 +97,8 @@ def main() -> None:
 
 
 def _step_ms(step: dict) -> float:
-    """The plan's step: its recorded GPU timeline against the host model as plan_host has it now (what a
-    plan prints today from the same counts); older records without a timeline: what they recorded."""
-    if "gpu_step_us" not in step:
-        return step.get("step_us", step.get("compute_us", 0) + step.get("comm_us", 0)) / 1e3
-    from simgpu.cuda_sim import plan_host
-
-    return plan_host.step_us(step["gpu_step_us"], int(step["ops"]), int(step["collectives"]),
-                             p2p=int(step.get("p2p", 0))) / 1e3
+    """The plan's step as it recorded it (its GPU timeline with the host's clock: plan.py, plan_host.py)."""
+    return step.get("step_us", step.get("compute_us", 0) + step.get("comm_us", 0)) / 1e3
 
 
 def _gm_error(ratios: list[float]) -> float:

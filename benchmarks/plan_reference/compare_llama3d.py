@@ -8,6 +8,8 @@ reserved memory and the median step time. Prints a markdown table.
         benchmarks/plan_reference/llama_3d.py --mesh 2 2 1 --size small --steps 3 --warmup 1
     python benchmarks/plan_reference/compare_llama3d.py --measured steps.jsonl --plans plan-4-1-1 plan-2-1-2 plan-2-2-1
 
+"host ms measured" is the time the host took to issue the step (llama_3d.py's issue_ms: up to the step's
+last call, before its synchronize); a step bound by the host has it close to the step.
 The measured lines carry each rank's mesh coordinates (pp, dp, tp) but not the mesh: consecutive lines of
 one world are one run, its mesh the largest coordinate + 1 of each dimension. A plan directory's name
 ends with its mesh (`...-PP-DP-TP`). The plan's step is its median over the steps after the first
@@ -50,14 +52,14 @@ def main() -> None:
     runs = measured_runs(args.measured, args.world)
     gib = float(1 << 30)
     print("| mesh pp x dp x tp | rank | allocated GiB measured | predicted | reserved GiB measured | predicted | ratio | "
-          "step ms measured | predicted | ratio | compute ms | exposed comm + bubble ms | host ms |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "step ms measured | predicted | ratio | compute ms | exposed comm + bubble ms | host ms measured | predicted |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     memory, steps = [], []
     for folder in args.plans:
         mesh = tuple(int(x) for x in folder.name.split("-")[-3:])
         real = runs.get(mesh)
         if real is None:
-            print(f"| {' x '.join(map(str, mesh))} | - | not measured | | | | | | | | | | |")
+            print(f"| {' x '.join(map(str, mesh))} | - | not measured | | | | | | | | | | | |")
             continue
         for row in plan.summarize(plan.read_plans(folder)):
             theirs = real.get(row["rank"])
@@ -70,11 +72,17 @@ def main() -> None:
             print(f"| {' x '.join(map(str, mesh))} | {row['rank']} | {theirs['max_allocated'] / gib:.2f} | "
                   f"{row['max_allocated'] / gib:.2f} | {theirs['max_reserved'] / gib:.2f} | "
                   f"{row['max_reserved'] / gib:.2f} | {m:.3f} | {theirs['step_ms']:.1f} | {row['step_us'] / 1e3:.1f} | "
-                  f"{t:.2f} | {row['compute_us'] / 1e3:.1f} | {row['exposed_comm_us'] / 1e3:.1f} | {row['host_us'] / 1e3:.1f} |")
+                  f"{t:.2f} | {row['compute_us'] / 1e3:.1f} | {row['exposed_comm_us'] / 1e3:.1f} | "
+                  f"{_ms(theirs.get('issue_ms'))} | {row['host_us'] / 1e3:.1f} |")
     if memory:
         print()
         print(f"reserved: {min(memory):.3f}-{max(memory):.3f} x ({plan_host.typical_error(memory):.1%} typical error); "
               f"step: {min(steps):.2f}-{max(steps):.2f} x ({plan_host.typical_error(steps):.1%}); {len(memory)} rank rows")
+
+
+def _ms(value: float | None) -> str:
+    """A measured figure older runs lack (issue_ms: the host's time to issue the step, since stop 32)."""
+    return "-" if value is None else f"{value:.1f}"
 
 
 if __name__ == "__main__":

@@ -144,7 +144,7 @@ def main():
     schedule = Schedule1F1B(stage, n_microbatches=args.microbatches, loss_fn=loss_fn)
     batch = args.microbatches * args.microbatch_size
     g = torch.Generator().manual_seed(0)  # the same tokens on every rank (a plan's branches agree)
-    times = []
+    times, issue_times, issue_cpu = [], [], []
     profiled = None
     for step in range(args.steps):
         if args.profile and step == args.steps - 1:
@@ -152,19 +152,24 @@ def main():
                                                           torch.profiler.ProfilerActivity.CUDA])
             profiled.__enter__()
         torch.cuda.synchronize(device)
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         tokens = torch.randint(0, s.vocab, (batch, s.seq + 1), generator=g)
         optimizer.zero_grad()
-        if pp_rank == 0:
+        if pp == 1:  # one stage: it takes the inputs and computes the loss
+            schedule.step(tokens[:, :-1].to(device), target=tokens[:, 1:].to(device))
+        elif pp_rank == 0:
             schedule.step(tokens[:, :-1].to(device))
         elif pp_rank == pp - 1:
             schedule.step(target=tokens[:, 1:].to(device))
         else:
             schedule.step()
         optimizer.step()
+        issued, issued_cpu = time.perf_counter(), time.thread_time()  # the host has issued the step's work
         torch.cuda.synchronize(device)
         if step >= args.warmup:
             times.append((time.perf_counter() - started) * 1e3)
+            issue_times.append((issued - started) * 1e3)
+            issue_cpu.append((issued_cpu - started_cpu) * 1e3)
     busy = None
     if profiled is not None:
         profiled.__exit__(None, None, None)
@@ -174,6 +179,8 @@ def main():
     line = {"rank": dist.get_rank(), "pp": pp_rank, "dp": dp_rank, "tp": tp_rank,
             "max_allocated": torch.cuda.max_memory_allocated(), "max_reserved": torch.cuda.max_memory_reserved(),
             "step_ms": statistics.median(times) if times else None, "step_ms_all": times,
+            "issue_ms": statistics.median(issue_times) if issue_times else None,
+            "issue_cpu_ms": statistics.median(issue_cpu) if issue_cpu else None,
             **({"profiled_step_ms": times[-1] if times else None, "gpu_busy_ms": busy[0], "kernels": busy[1]}
                if busy is not None else {})}
     os.write(1, (json.dumps(line) + "\n").encode())

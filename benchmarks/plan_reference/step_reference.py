@@ -256,17 +256,22 @@ def measure(layout: str, c: Config, device: torch.device, warmup: int, steps: in
     if snapshot and device.type == "cuda":
         torch.cuda.memory._record_memory_history(max_entries=500000)
     run = Run(layout, c, device)
-    times = []
+    times, issue_times, issue_cpu = [], [], []
     for i in range(warmup + steps):
         dist.barrier()
         synchronize(device)
-        t0 = time.perf_counter()
+        t0, t0_cpu = time.perf_counter(), time.thread_time()
         run.step()
+        issued, issued_cpu = time.perf_counter(), time.thread_time()  # the host has issued the step's work
         synchronize(device)
         if i >= warmup:
             times.append((time.perf_counter() - t0) * 1e3)
+            issue_times.append((issued - t0) * 1e3)
+            issue_cpu.append((issued_cpu - t0_cpu) * 1e3)
     out = {"rank": dist.get_rank(), "pp_rank": run.pp_rank, "dp_rank": run.dp_rank,
-           "step_ms": statistics.median(times), "step_ms_all": times, "seconds": time.perf_counter() - started,
+           "step_ms": statistics.median(times), "step_ms_all": times,
+           "issue_ms": statistics.median(issue_times), "issue_cpu_ms": statistics.median(issue_cpu),
+           "seconds": time.perf_counter() - started,
            "before": before}
     if device.type == "cuda":
         stats = torch.cuda.memory_stats(device)

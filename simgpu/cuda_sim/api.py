@@ -123,8 +123,13 @@ def get_device_capability(device: Any = None) -> tuple[int, int]:
 
 
 def synchronize(device: Any = None) -> None:
-    """The host waits until every stream of the device has ended its work (only `_sleep` puts any ahead)."""
+    """The host waits until every stream of the device has ended its work (only `_sleep` puts any ahead;
+    a plan's timeline moves the host to the end of its GPU's work)."""
     stream_clocks.host_wait(stream_clocks.device_ready_at(_index(device)))
+    from simgpu.cuda_sim import plan
+
+    if plan.RECORDER is not None:
+        plan.RECORDER.host_waits("all")
 
 
 SLEEP_CYCLES_PER_MS = 1_980_000  # an H100/H200 SXM's SM clock at boost, 1980 MHz

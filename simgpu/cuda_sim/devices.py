@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from simgpu.cuda_sim import memory as memory_model
-from simgpu.cuda_sim import memory_history
+from simgpu.cuda_sim import memory_history, plan_host
 from simgpu.cuda_sim.errors import GPUS_ENV, SimulationError
 
 LABEL = "_simgpu_device"
@@ -294,7 +294,11 @@ class _Allocation:
         self.index, self.block, self.nbytes, self.stream = index, block, nbytes, stream
 
     def __del__(self) -> None:
-        self.release()
+        if plan_host.SIM.active:
+            with plan_host.SIM:  # the allocator model's work, not the program's (a plan's measured host)
+                self.release()
+        else:
+            self.release()
 
     def release(self) -> None:
         if self.block is not None and _table is not None and self.index < len(_table.memory):

@@ -30,7 +30,7 @@ from torch.utils import _python_dispatch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from simgpu.cuda_sim import autocast, devices, generators, random_ops, workspaces
+from simgpu.cuda_sim import autocast, devices, generators, plan_host, random_ops, workspaces
 from simgpu.cuda_sim.cuda_kernels import STAND_INS
 
 aten = torch.ops.aten
@@ -336,21 +336,34 @@ class PlacementMode(TorchDispatchMode):
         """A plan's op: its meta kernel runs seeing its tensors' own (meta) device, its result is placed
         and charged as with data, the plan prices it, and an allocation the GPU cannot hold names the op
         and the program's line."""
-        _state.kernel = getattr(_state, "kernel", 0) + 1
-        try:
-            args, kwargs, written = _data_less_inputs(func, args, kwargs or {})
-            out = self._place(func, types, args, kwargs)
-            for t in written:  # an in-place op on a tensor with data, from inputs without: zeros (plan.py)
+        with plan_host.DISPATCH:  # the simulation's own host work, not the program's (plan_host: the measured host)
+            if func is _TO_COPY and "device" in (kwargs or {}) and _resolve_device(kwargs["device"]) == _HOST \
+                    and storage_less(args[0]):
+                # a host copy of a storage-less tensor C++ made from its storage (pickling, torch.save): zeros,
+                # as the program's own .cpu() gives (tensors.py)
+                plan_host.SIM.refund()
                 with suspended():
-                    t.zero_()
-        except torch.OutOfMemoryError as exc:
-            raise _named_oom(exc, func, args) from None
-        finally:
-            _state.kernel -= 1
-        if _plan_hook is not None and out is not NotImplemented and not getattr(_state, "suspended", 0) \
-                and _on_a_gpu(out):
-            _plan_hook(func, args, kwargs or {}, out)
-        return out
+                    return torch.zeros(args[0].shape, dtype=kwargs.get("dtype") or args[0].dtype)
+            _state.kernel = getattr(_state, "kernel", 0) + 1
+            try:
+                args, kwargs, written = _data_less_inputs(func, args, kwargs or {})
+                out = self._place(func, types, args, kwargs)
+                for t in written:  # an in-place op on a tensor with data, from inputs without: zeros (plan.py)
+                    with suspended():
+                        t.zero_()
+            except torch.OutOfMemoryError as exc:
+                raise _named_oom(exc, func, args) from None
+            finally:
+                _state.kernel -= 1
+            if out is NotImplemented:
+                return out
+            # an in-place foreach op returns nothing: its inputs say where it ran (AdamW's foreach kernels)
+            on_a_gpu = _on_a_gpu(out) if out is not None else gpu_of_call(args, kwargs or {}) is not None
+            if not on_a_gpu:
+                plan_host.SIM.refund()  # an op on host tensors: the box's CPU runs it too
+            elif _plan_hook is not None and not getattr(_state, "suspended", 0):
+                _plan_hook(func, args, kwargs or {}, out)
+            return out
 
     def _place(self, func: Any, types: Any, args: tuple, kwargs: dict | None) -> Any:
         op = _OPS.get(func)
@@ -504,6 +517,7 @@ def _label_outputs(op: "_Op", out: Any, target: int) -> Any:
 
 
 _ZERO_TENSOR = aten._efficientzerotensor.default
+_TO_COPY = aten._to_copy.default
 
 
 def _backward_node_gpu() -> int | None:

@@ -21,9 +21,10 @@ group's previous collective has ended, and holds compute back only where the pro
 default stream (a synchronous collective, `work.wait()`, `wait_tensor`): DDP's bucketed all-reduces and
 FSDP's collectives on their own streams overlap compute, TP's all-reduces do not. A step is what lies
 between two `optimizer.step()` returns and ends when the compute and every collective have; its time less
-its compute is the exposed communication. The host's launch time (plan_host.py: per op, per collective
-and per point-to-point message, fitted on H200 runs) bounds the step from below: a step takes the longer
-of the GPU's timeline and the host's. Not modelled: waits on events between streams (a side stream's
+its compute (and the GPU's waits for the host) is the exposed communication. The host (plan_host.py):
+the program's own host work, measured as it runs here and scaled to the reference box's CPU, drives a
+host clock; an op or collective starts on the GPU no earlier than the host has issued it, `.item()` and
+synchronize move the host to the GPU, and a step ends when both have. Not modelled: waits on events between streams (a side stream's
 wait does not hold compute back) and, without --ranks, the time a rank waits for its peers (pipeline
 bubbles: each rank has its own clocks; plan_roles.py joins them at point-to-point messages).
 
@@ -32,9 +33,12 @@ Each process writes $SIMGPU_PLAN_DIR/plan-<pid>.json at exit; the launcher reads
 from __future__ import annotations
 
 import atexit
+import collections
+import dataclasses
 import functools
 import json
 import os
+import statistics
 import threading
 from pathlib import Path
 from typing import Any, Sequence
@@ -73,6 +77,14 @@ class Recorder:
         self.unpriced: dict[str, int] = {}
         self.groups: set[int] = set()
         self.clock = 0.0  # us: when the compute stream is free
+        self.host = 0.0  # us: when the host has issued what it has issued so far (plan_host)
+        self.host_model = plan_host.uncalibrated()  # until the first step ends (plan_host.calibrate)
+        self.probes = collections.deque((plan_host.speed_probe_us(repeats=1) for _ in range(3)),
+                                        maxlen=plan_host.PROBE_WINDOW)  # this host's speed, sampled as it runs
+        self.probe_us = statistics.median(self.probes)
+        self.since_probe = 0.0
+        self.calibrated = False
+        self._calibrating = False
         self.step_start = 0.0
         self.comm_clock: dict[int, float] = {}  # group -> when its NCCL stream is free
         self.group_names: dict[int, str] = {}  # group -> its trace track
@@ -83,7 +95,43 @@ class Recorder:
     @staticmethod
     def _empty() -> dict[str, float]:
         return {"ops": 0, "flops": 0, "bytes": 0, "compute_us": 0.0, "collectives": 0, "p2p": 0, "comm_bytes": 0,
-                "comm_us": 0.0, "exposed_wait_us": 0.0}
+                "comm_us": 0.0, "exposed_wait_us": 0.0, "host_idle_us": 0.0, "program_cpu_us": 0.0, "torch_calls": 0,
+                "dispatches": 0}
+
+    def _issue(self, launch_us: float) -> float:
+        """The host issues one more op or collective: its clock moves by the program's own CPU since the
+        last one (scaled to the box's CPU) and the launch; returns when the GPU may start it. Under _lock."""
+        taken = plan_host.take()
+        self.since_probe += taken.program_us
+        if self.since_probe >= plan_host.PROBE_EVERY_US:  # sample the host's speed among the program's work
+            self.probes.append(plan_host.speed_probe_us(repeats=1))
+            self.probe_us = statistics.median(self.probes)
+            self.since_probe = 0.0
+            plan_host.take()  # the sample's time is not the program's
+        c = self.current
+        c["program_cpu_us"] += taken.program_us
+        c["torch_calls"] += taken.calls
+        c["dispatches"] += taken.entries
+        self.host += self.host_model.box_us(taken, self.probe_us) + launch_us
+        return self.host
+
+    def _calibrate(self) -> None:
+        """The host model of this process (plan_host.calibrate), once, outside the program's step figures."""
+        from simgpu.cuda_sim import devices
+
+        self.calibrated = True
+        if not plan_host.measuring():  # a Recorder outside a plan (tests): nothing to calibrate against
+            return
+        probe = torch.empty(4, 4, device=torch.device("cuda", devices.current() if devices.initialized() else 0))
+        self.host_model = plan_host.calibrate(probe)
+        del probe
+
+    def host_waits(self, streams: str = "compute") -> None:
+        """The host blocks until the GPU is done (`.item()`: the compute stream; a synchronize: every stream)."""
+        with _lock:
+            self._issue(0.0)
+            done = self.clock if streams == "compute" else max(self.clock, *self.comm_clock.values(), 0.0)
+            self.host = max(self.host, done)
 
     def _event(self, track: str, name: str, start: float, duration: float) -> None:
         if len(self.events) < MAX_TRACE_EVENTS:
@@ -94,6 +142,10 @@ class Recorder:
 
     def op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         """Price one aten op that ran on a simulated GPU."""
+        if self._calibrating:
+            return
+        with _lock:
+            host = self._issue(plan_host.LAUNCH_US)
         if func.is_view or func.overloadpacket in _FREE:
             return
         flops = _flops(func, args, kwargs, out)
@@ -109,6 +161,11 @@ class Recorder:
             c["flops"] += flops
             c["bytes"] += moved
             c["compute_us"] += us
+            if host > self.clock:  # the GPU has run all it was given: it waits for the host
+                c["host_idle_us"] += host - self.clock
+                if self.trace:
+                    self._event(_stream_track(), "idle: waiting for the host", self.clock, host - self.clock)
+                self.clock = host
             if self.trace:
                 self._event(_stream_track(), func.overloadpacket.__name__, self.clock, us)
             self.clock += us
@@ -129,11 +186,12 @@ class Recorder:
         name = collective_facts.ALIASES.get(op, op)
         us = cost_model.predict(self.machine, name, nbytes, 2 if op in ("send", "recv") else n).gpu_us
         with _lock:
+            host = self._issue(plan_host.COLLECTIVE_LAUNCH_US)
             c = self.current
-            c["p2p" if op in ("send", "recv") else "collectives"] += 1  # the host model counts both (plan_host)
+            c["p2p" if op in ("send", "recv") else "collectives"] += 1
             c["comm_bytes"] += nbytes
             c["comm_us"] += us
-            start = max(self.clock, self.comm_clock.get(group, 0.0))
+            start = max(self.clock, host, self.comm_clock.get(group, 0.0))
             self.comm_clock[group] = end = start + us
             if self.trace:
                 track = self.group_names.setdefault(group, f"nccl: group {len(self.group_names)} of {n}")
@@ -156,18 +214,27 @@ class Recorder:
     def step(self) -> None:
         """An optimizer step returned: what was recorded since the last one is one training step."""
         with _lock:
-            end = max(self.clock, *self.comm_clock.values()) if self.comm_clock else self.clock
+            self._issue(0.0)
+            gpu_end = max(self.clock, *self.comm_clock.values()) if self.comm_clock else self.clock
+            end = max(gpu_end, self.host)
             c = self.current
-            c["gpu_step_us"] = end - self.step_start
-            c["exposed_comm_us"] = max(c["gpu_step_us"] - c["compute_us"], 0.0)
-            c["host_us"] = plan_host.host_us(int(c["ops"]), int(c["collectives"]), p2p=int(c["p2p"]))
-            c["step_us"] = max(c["gpu_step_us"], c["host_us"])  # the host issues slower than the GPU runs: it waits
-            end = self.step_start + c["step_us"]
+            c["gpu_step_us"] = gpu_end - self.step_start  # the GPU's timeline, its waits for the host included
+            c["host_us"] = self.host - self.step_start  # the host's time to issue the step
+            c["step_us"] = end - self.step_start
+            c["probe_us"] = self.probe_us
+            c["exposed_comm_us"] = max(c["gpu_step_us"] - c["compute_us"] - c["host_idle_us"], 0.0)
             if self.trace:
                 self._event("steps", f"step {len(self.steps)}", self.step_start, c["step_us"])
             self.steps.append(c)
             self.current = self._empty()
-            self.clock = self.step_start = end
+            self.clock = self.host = self.step_start = end
+            if not self.calibrated:
+                self._calibrating = True
+                try:
+                    self._calibrate()
+                finally:
+                    self._calibrating = False
+            plan_host.take()  # the calibration is not the program's
 
     def document(self) -> dict:
         from simgpu.cuda_sim import devices
@@ -179,7 +246,8 @@ class Recorder:
                                   "capacity": m.capacity}
         return {"pid": os.getpid(), "rank": _rank(), "world_size": _world(), "gpu": self.gpu.name,
                 "steps": self.steps, "after_last_step": self.current, "memory": memory, "unpriced": self.unpriced,
-                "communicators": len(self.groups), **_sampled_groups(),
+                "communicators": len(self.groups), "host_model": dataclasses.asdict(self.host_model),
+                **_sampled_groups(),
                 **({"events": self.events, "events_dropped": self.events_dropped} if self.trace else {})}
 
 
@@ -290,6 +358,8 @@ def _read_zero(func: Any, args: tuple, kwargs: dict) -> Any:
     """`.item()` of a storage-less tensor: zero of its dtype (the same on every rank; module docstring)."""
     t = args[0]
     if t.is_meta:
+        if RECORDER is not None:
+            RECORDER.host_waits("compute")  # the host reads the value once the stream has made it
         return False if t.dtype == torch.bool else (0 if not (t.is_floating_point() or t.is_complex()) else 0.0)
     return func(*args, **kwargs)
 
@@ -342,6 +412,7 @@ def install() -> None:
         return
     from simgpu.cuda_sim import placement
 
+    plan_host.activate()
     RECORDER = Recorder(gpu_name)
     placement.make_storage_less(RECORDER.op)
     placement.special(_aten._local_scalar_dense, _read_zero)
@@ -394,13 +465,15 @@ def summarize(plans: Sequence[dict]) -> list[dict]:
         step = _median([s.get("step_us", s["compute_us"] + s["comm_us"]) for s in steps])
         gpu_step = _median([s.get("gpu_step_us", s.get("step_us", s["compute_us"] + s["comm_us"])) for s in steps])
         host = _median([s.get("host_us", 0.0) for s in steps])
+        idle = _median([s.get("host_idle_us", 0.0) for s in steps])
+        exposed = _median([s.get("exposed_comm_us", max(s.get("gpu_step_us", 0.0) - s["compute_us"], 0.0)) for s in steps])
         for index, mem in sorted(plan["memory"].items()):
             rows.append({"rank": plan["rank"], "gpu_index": int(index), "steps": len(plan["steps"]),
                          "max_allocated": mem["max_allocated"], "max_reserved": mem["max_reserved"],
                          "device_total": mem["max_reserved"] + gpu.context_bytes
                          + gpu.nccl_bytes_per_comm * max(1, plan.get("communicators", 1)),
                          "compute_us": compute, "comm_us": comm, "step_us": step, "host_us": host,
-                         "exposed_comm_us": max(gpu_step - compute, 0.0)})
+                         "gpu_step_us": gpu_step, "host_idle_us": idle, "exposed_comm_us": exposed})
     return rows
 
 
@@ -413,11 +486,13 @@ def summary_lines(plans: Sequence[dict], gpu_name: str) -> list[str]:
     lines = [f"simgpu plan for {gpu.description}: per GPU, peak memory (caching allocator model) and one step "
              f"(median over steps after the first; a step ends at optimizer.step())",
              f"{'rank':>4} {'gpu':>3} {'alloc GiB':>9} {'reserved':>9} {'+ctx+NCCL':>9} {'steps':>5} "
-             f"{'compute ms':>10} {'comm ms':>8} {'exposed comm ms':>15} {'host ms':>8} {'step ms':>8}"]
+             f"{'compute ms':>10} {'comm ms':>8} {'exposed comm ms':>15} {'GPU waits host ms':>17} {'host ms':>8} "
+             f"{'step ms':>8}"]
     for r in summarize(plans):
         lines.append(f"{r['rank']:>4} {r['gpu_index']:>3} {r['max_allocated'] / gib:>9.2f} {r['max_reserved'] / gib:>9.2f} "
                      f"{r['device_total'] / gib:>9.2f} {r['steps']:>5} {r['compute_us'] / 1e3:>10.2f} "
-                     f"{r['comm_us'] / 1e3:>8.2f} {r['exposed_comm_us'] / 1e3:>15.2f} {r['host_us'] / 1e3:>8.2f} "
+                     f"{r['comm_us'] / 1e3:>8.2f} {r['exposed_comm_us'] / 1e3:>15.2f} {r['host_idle_us'] / 1e3:>17.2f} "
+                     f"{r['host_us'] / 1e3:>8.2f} "
                      f"{r['step_us'] / 1e3:>8.2f}")
     classes = equal_ranks(plans)
     if len(plans) > 1:
@@ -427,9 +502,10 @@ def summary_lines(plans: Sequence[dict], gpu_name: str) -> list[str]:
                  f"of NCCL buffers per communicator the rank used, as measured on 4x H200; rates: "
                  f"{'measured, ' + gpu.source if gpu.calibrated else 'datasheet x derating, uncalibrated'}; "
                  f"communication: cost model preset {gpu.comm_machine}; collectives overlap compute until the "
-                 f"default stream waits for them; a step takes at least the host's launch time, {plan_host.OP_US:g} us an op and "
-                 f"{plan_host.COLLECTIVE_US:g} us a collective and {plan_host.P2P_US:g} us a point-to-point message, {plan_host.SOURCE}; "
-                 f"pipeline bubbles and messages only under --ranks, where a message carries its sender's clock)")
+                 f"default stream waits for them; host: the program's own host work, measured here and scaled to a "
+                 f"host whose speed probe takes {plan_host.reference_probe_us():g} us (plan_host.py); the GPU starts an op "
+                 f"once the host has issued it; pipeline bubbles and messages only under --ranks, where a message "
+                 f"carries its sender's clock)")
     return lines
 
 

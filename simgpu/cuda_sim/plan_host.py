@@ -1,66 +1,37 @@
-"""The host's side of a plan's step time: eager PyTorch issues every op and collective from Python,
-and a GPU that finishes its queue faster than the host fills it waits (small models, TP's DTensor
-dispatch, FSDP2's per-module hooks). A plan's step is the longer of its GPU timeline (plan.Recorder)
-and the host's launch time:
+"""The host's side of a plan's step time: eager PyTorch issues every op and collective from Python, and
+a GPU that runs its queue faster than the host fills it waits for the host (small models, FSDP2's
+per-module hooks, DTensor's dispatch, a pipeline schedule's per-microbatch Python).
 
-    host_us = ops x OP_US + collectives x COLLECTIVE_US + messages x P2P_US
-    step_us = max(gpu_step_us, host_us)
+Measured, not counted: a plan runs the program's own host path (its Python, torch's autograd and
+C++ above the dispatch, FSDP2, DTensor, torch.distributed.pipelining) on this machine. What the
+simulation itself adds is left out: its sections (`SIM`, `DISPATCH`: an op's placement and meta
+kernel, the allocator model, the simulated collectives) are not counted, and what it adds outside
+them (torch's C++ around Python modes, the function mode's own Python) is taken off per torch call
+and per dispatched op at the rate `calibrate` measures in the rank against the launcher's `baseline`
+(the same two torch calls without simulation). What is left is the program's own CPU time here;
+scaled by a speed probe of plain Python (REFERENCE_PROBE_US on the reference box over this host's,
+sampled as the program runs, so that the load of a shared machine moves both alike), it is the
+program's host time on the box. plan.Recorder runs a host clock on it: an op starts on the GPU no
+earlier than the host has issued it, so a host-bound step shows the GPU idle ("waiting for the
+host"), and `.item()` and synchronize move the host to the GPU's clock.
 
-OP_US and COLLECTIVE_US are fitted (`fit`) on the recorded H200 runs of benchmarks/plan_reference/
-step_reference.py (measured in benchmarks/results/plan33-h200-x4-2026-11-26, planned in
-plan33-rates-2core-2026-11-27: 3 sizes x 5-6 layouts at 2 and 4 GPUs, the pipeline layout left out), by
-`benchmarks/plan_reference/host_fit.py`, which reprints them with the ratios before and after. COLLECTIVE_US is not NCCL's launch alone (tens of
-microseconds): it is the host work a collective stands for in these programs -- FSDP2's pre/post hooks
-and copy-in/out around each all-gather and reduce-scatter, DTensor's redistribution around TP's
-all-reduces, DDP's reducer around each bucket -- which scales with the collective count in every layout
-measured. An op's own launch fits at a few microseconds (the ops of these programs mostly overlap with
-their GPU time). Fitted on one host CPU (the H200 box's) with torch 2.11: another host, another torch
-or a compiled program (torch.compile, CUDA graphs) launches differently.
-
-P2P_US, a point-to-point message (a send or a recv; counted under --ranks, where messages are priced),
-is fitted the same way on the pipeline rows of those runs (step_reference's `pp`: 2 stages under 1F1B,
-planned with --ranks so that stages wait for each other), with OP_US and COLLECTIVE_US held (`fit_p2p`): what is left
-of a pipeline's step once its bubbles are on the GPU timeline is the host work each message stands for
-in torch.distributed.pipelining -- the schedule's per-microbatch forward_one_chunk/backward_one_chunk
-(autograd.backward of the stage's outputs), the P2POp lists and batch_isend_irecv's coalescing around
-each message -- not NCCL's launch of it (tens of microseconds). Checked on 2-stage pipelines only: on
-llama_3d.py's 4-stage pipeline and pipeline x FSDP the model gives 0.32-0.47 of the H200's step
-(docs/plan-mode.md).
+Not modelled: CUDA's own launch cost below the dispatch (a few microseconds an op, LAUNCH_US = 0),
+NCCL's launch of a collective, and a host CPU other than the reference box's unless
+SIMGPU_PLAN_HOST_PROBE_US names the target's probe. Checked against H200 boxes in docs/plan-mode.md.
 """
 from __future__ import annotations
 
+import gc
+import json
 import math
+import os
+import statistics
+import threading
+import time
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable
 
-OP_US = 4.0  # host time to issue one priced aten op (fitted; docs/plan-mode.md)
-COLLECTIVE_US = 1950.0  # host time per collective, with the Python machinery around it (fitted)
-P2P_US = 2300.0  # host time per point-to-point message in a pipeline schedule (fitted on the pp rows)
-SOURCE = "fitted on 4x H200 step_reference runs (plan33-h200-x4-2026-11-26, plan33-rates-2core-2026-11-27, host_fit.py)"
-
-
-@dataclass(frozen=True)
-class Row:
-    """One measured step: what the plan counted and predicted for a rank, and what the GPU took."""
-    ops: int
-    collectives: int
-    gpu_step_us: float  # the plan's GPU timeline for the step (compute and exposed communication)
-    measured_us: float
-    p2p: int = 0  # point-to-point messages (sends and recvs) of the step
-
-
-def host_us(ops: int, collectives: int, op_us: float = OP_US, collective_us: float = COLLECTIVE_US,
-            p2p: int = 0, p2p_us: float = P2P_US) -> float:
-    """The host's time to issue a step's ops, collectives and point-to-point messages."""
-    if ops < 0 or collectives < 0 or p2p < 0:
-        raise ValueError(f"plan_host.host_us: counts must be >= 0, got ops={ops}, collectives={collectives}, p2p={p2p}")
-    return ops * op_us + collectives * collective_us + p2p * p2p_us
-
-
-def step_us(gpu_step_us: float, ops: int, collectives: int, op_us: float = OP_US,
-            collective_us: float = COLLECTIVE_US, p2p: int = 0, p2p_us: float = P2P_US) -> float:
-    """A step's time: the GPU's timeline unless the host issues slower than the GPU runs."""
-    return max(gpu_step_us, host_us(ops, collectives, op_us, collective_us, p2p, p2p_us))
+import torch
 
 
 def typical_error(ratios: Iterable[float]) -> float:
@@ -71,38 +42,248 @@ def typical_error(ratios: Iterable[float]) -> float:
     return math.exp(sum(logs) / len(logs)) - 1
 
 
-def ratios(rows: Sequence[Row], op_us: float, collective_us: float, p2p_us: float = P2P_US) -> list[float]:
-    """predicted / measured for each row under the given constants."""
-    return [step_us(r.gpu_step_us, r.ops, r.collectives, op_us, collective_us, r.p2p, p2p_us) / r.measured_us
-            for r in rows]
+# ----------------------------------------------------------------------------- the measured host
+# speed_probe_us() on the host CPU of the 4x H200 box (least of 5, two processes: 369, 372 us; 2026-11-27,
+# benchmarks/results/plan33-host-h200-2026-11-27); the 2x H200 box's CPU took 442-451 us
+REFERENCE_PROBE_US = 370.0
+ENV_REFERENCE = "SIMGPU_PLAN_HOST_PROBE_US"  # the target's host speed instead (`python -m simgpu.cuda_sim.plan_host` there)
+ENV_HOST = "SIMGPU_PLAN_HOST"  # the launcher's measurements of this host without simulation (JSON; baseline())
+LAUNCH_US = 0.0  # host time of a GPU op below the dispatch on CUDA (its launch): not added (docs/plan-mode.md)
+COLLECTIVE_LAUNCH_US = 0.0  # host time of a collective's NCCL launch: not added
+PROBE_ROUNDS = 600  # about 0.7 ms of Python on the 2-core development machine
+PROBE_EVERY_US = 20_000.0  # a plan samples the speed probe after this much program CPU...
+PROBE_WINDOW = 15  # ...and scales by the median of the last this many samples
+
+_thread = threading.local()
 
 
-def fit(rows: Sequence[Row], op_grid: Sequence[float] = tuple(float(u) for u in range(0, 101)),
-        collective_grid: Sequence[float] = tuple(25.0 * k for k in range(0, 161))) -> tuple[float, float, float]:
-    """The (op_us, collective_us) on the grids that minimise the typical error over `rows`, and that
-    error. A grid search: the model is a max of two linear terms, not differentiable where they cross."""
-    if not rows:
-        raise ValueError("plan_host.fit: no rows to fit")
-    best: tuple[float, float, float] | None = None
-    for op_us in op_grid:
-        for collective_us in collective_grid:
-            error = typical_error(ratios(rows, op_us, collective_us))
-            if best is None or error < best[2] - 1e-12:
-                best = (op_us, collective_us, error)
-    assert best is not None
+class _Holder:
+    """A plain object with attributes, as frameworks keep their state (the speed probe reads and sets them)."""
+
+    def __init__(self, value: int):
+        self.value = value
+        self.seen: list[int] = []
+
+    def bump(self, by: int) -> int:
+        self.value += by
+        return self.value
+
+
+def _probe_round(i: int, table: dict[int, list[int]], holder: _Holder) -> int:
+    table[i % 17] = [j * 2 for j in range(8)]
+    holder.seen.append(holder.bump(i & 7))
+    if len(holder.seen) > 64:
+        holder.seen.clear()
+    return sum(table.get(i % 5, ())) + len(str(i)) + (holder.value if isinstance(holder, _Holder) else 0)
+
+
+def speed_probe_us(repeats: int = 5, rounds: int = PROBE_ROUNDS) -> float:
+    """The least CPU time (us, this thread) of a fixed piece of plain Python (calls, attributes, dicts,
+    lists, strings: what a framework's own code does between ops). On the reference box it took
+    REFERENCE_PROBE_US: the ratio says how much faster the box runs the program's Python than this host
+    does at this moment. Pure Python, so the simulation's modes do not touch it; the least of a few
+    repeats, so that a burst of other work moves it little; taken at every step, so that a change of
+    load on a shared machine (a busy sibling hyperthread doubles a thread's CPU time) moves the program's
+    measured time and the probe alike."""
+    best = float("inf")
+    collecting = gc.isenabled()
+    gc.disable()  # a collection over a large process's heap is not the host's speed
+    try:
+        for _ in range(repeats):
+            table: dict[int, list[int]] = {}
+            holder = _Holder(0)
+            started = time.thread_time()
+            for i in range(rounds):
+                _probe_round(i, table, holder)
+            best = min(best, time.thread_time() - started)
+    finally:
+        if collecting:
+            gc.enable()
+    return best * 1e6
+
+
+class _SimSection:
+    """`with SIM:` around the simulation's own work (a plan's op placement, its collectives): the CPU it
+    takes there is not the program's, whose own host time (its Python, torch's C++ above the dispatch)
+    is what a GPU's host would also spend. Re-entrant and per thread; only the outermost section counts,
+    and each outermost one counts as one entry (what torch's dispatch into a Python mode costs outside
+    any section is taken off per entry: HostModel)."""
+
+    active = False
+
+    def __init__(self, dispatch: bool):
+        self.dispatch = dispatch  # an op torch dispatched to the simulation's mode (counted: HostModel)
+
+    def __enter__(self) -> None:
+        if not _SimSection.active:
+            return
+        st = _thread.__dict__
+        depth = st.get("depth", 0)
+        if depth == 0:
+            now = time.thread_time()
+            st["program"] = st.get("program", 0.0) + now - st.get("since", now)
+            st["entered"] = now
+            st["refund"] = False
+            if self.dispatch:
+                st["entries"] = st.get("entries", 0) + 1
+        st["depth"] = depth + 1
+
+    def __exit__(self, *exc: object) -> None:
+        if not _SimSection.active:
+            return
+        st = _thread.__dict__
+        st["depth"] -= 1
+        if st["depth"] == 0:
+            now = time.thread_time()
+            if st["refund"]:  # work the box's CPU does too (an op on host tensors)
+                st["program"] += now - st["entered"]
+            st["since"] = now
+
+    def refund(self) -> None:
+        """The outermost section on this thread (called there, not in an inner one) was the program's own
+        host work after all."""
+        if _SimSection.active and _thread.__dict__.get("depth", 0) == 1:
+            _thread.__dict__["refund"] = True
+
+
+SIM = _SimSection(dispatch=False)  # the simulation's collectives, the allocator model's frees
+DISPATCH = _SimSection(dispatch=True)  # an op in the simulation's dispatch mode
+
+
+def activate() -> None:
+    """Measure the program's host from now on (a plan)."""
+    _SimSection.active = True
+
+
+def measuring() -> bool:
+    return _SimSection.active
+
+
+def note_call() -> None:
+    """The simulation's function mode saw one torch call (its cost per call is taken off: HostModel)."""
+    st = _thread.__dict__
+    st["calls"] = st.get("calls", 0) + 1
+
+
+@dataclass
+class Take:
+    """What the program's host did since the last take on this thread."""
+    program_us: float  # its CPU time outside the simulation's sections
+    calls: int  # torch calls the simulation's function mode saw
+    entries: int  # outermost simulation sections (ops dispatched, collectives)
+
+
+def take() -> Take:
+    """This thread's program CPU, calls and entries since the last take."""
+    if not _SimSection.active:
+        return Take(0.0, 0, 0)
+    st = _thread.__dict__
+    if st.get("depth", 0) == 0:  # outside a section: the program's time runs up to now (and from now)
+        now = time.thread_time()
+        st["program"] = st.get("program", 0.0) + now - st.get("since", now)
+        st["since"] = now
+    out = Take(st.get("program", 0.0) * 1e6, st.get("calls", 0), st.get("entries", 0))
+    st["program"], st["calls"], st["entries"] = 0.0, 0, 0
+    return out
+
+
+def _probe_work(x: torch.Tensor) -> tuple[Callable[[], object], Callable[[], object]]:
+    """A torch call that dispatches nothing (`x.dim()`: one call of a function mode) and one that
+    dispatches one op (`x.view(-1)`: one call, one dispatch)."""
+    return (lambda: x.dim()), (lambda: x.view(-1))
+
+
+def _least_us(work: Callable[[], object], rounds: int = 2000, repeats: int = 5) -> float:
+    """The least CPU time (us, this thread) per call of `work`, over `repeats` runs of `rounds` calls."""
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.thread_time()
+        for _ in range(rounds):
+            work()
+        best = min(best, time.thread_time() - started)
+    return best / rounds * 1e6
+
+
+def _least_program_us(work: Callable[[], object], rounds: int = 2000, repeats: int = 5) -> float:
+    """The least program CPU (us, outside the simulation's sections) per call of `work`."""
+    best = float("inf")
+    for _ in range(repeats):
+        take()
+        for _ in range(rounds):
+            work()
+        best = min(best, take().program_us / rounds)
     return best
 
 
-def fit_p2p(rows: Sequence[Row], op_us: float = OP_US, collective_us: float = COLLECTIVE_US,
-            grid: Sequence[float] = tuple(25.0 * k for k in range(0, 201))) -> tuple[float, float]:
-    """The p2p_us on the grid that minimises the typical error over `rows` (pipeline rows), the other two
-    constants held; and that error."""
-    if not rows:
-        raise ValueError("plan_host.fit_p2p: no rows to fit")
-    best: tuple[float, float] | None = None
-    for p2p_us in grid:
-        error = typical_error(ratios(rows, op_us, collective_us, p2p_us))
-        if best is None or error < best[1] - 1e-12:
-            best = (p2p_us, error)
-    assert best is not None
-    return best
+def baseline() -> dict[str, float]:
+    """This host without simulation (the launcher's process): the speed probe and the two torch calls."""
+    call, view = _probe_work(torch.zeros(4, 4))
+    return {"probe_us": speed_probe_us(), "call_us": _least_us(call), "view_us": _least_us(view)}
+
+
+def _baseline_from(raw: str) -> dict[str, float]:
+    try:
+        base = json.loads(raw)
+        return {key: float(base[key]) for key in ("probe_us", "call_us", "view_us")}
+    except (ValueError, KeyError, TypeError):
+        raise ValueError(f"{ENV_HOST}={raw!r}: expected the JSON that plan_host.baseline() writes") from None
+
+
+@dataclass(frozen=True)
+class HostModel:
+    """What the simulation adds, outside its sections, per torch call and per entry (torch's C++ around
+    Python modes, the function mode's own Python), in units of this host's speed probe, so that one
+    probe taken at each step scales them and the program's time to the box alike."""
+    per_call: float
+    per_entry: float
+    reference_probe_us: float  # the predicted host's speed probe (reference_probe_us())
+
+    def box_us(self, t: Take, probe_us: float) -> float:
+        """The program's host time on the box for what `t` saw, this host's probe at `probe_us` now."""
+        own = t.program_us - (t.calls * self.per_call + t.entries * self.per_entry) * probe_us
+        return max(own, 0.0) * self.reference_probe_us / probe_us
+
+
+def reference_probe_us() -> float:
+    """The speed probe of the host a plan predicts: SIMGPU_PLAN_HOST_PROBE_US, or the reference box's."""
+    raw = os.environ.get(ENV_REFERENCE)
+    if not raw:
+        return REFERENCE_PROBE_US
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"{ENV_REFERENCE}={raw!r}: expected the positive number `python -m simgpu.cuda_sim.plan_host` "
+                         f"prints on the target's host")
+    return value
+
+
+def uncalibrated() -> HostModel:
+    """Before calibrate(): nothing taken off."""
+    return HostModel(0.0, 0.0, reference_probe_us())
+
+
+def calibrate(x: torch.Tensor) -> HostModel:
+    """This process's host model, `x` a storage-less GPU tensor and the simulation's modes on: the
+    launcher's two torch calls again, their excess over the launcher's figures per call and per entry.
+    Without the launcher's figures (SIMGPU_PLAN_HOST unset: a process not started by `simgpu run
+    --plan`) nothing is taken off: the simulation's excess counts as the program's (an overestimate)."""
+    raw = os.environ.get(ENV_HOST)
+    if not raw:
+        return uncalibrated()
+    base = _baseline_from(raw)
+    call, view = _probe_work(x)
+    calls, views = [], []
+    for _ in range(7):  # each in units of a probe taken beside it: the load may change meanwhile
+        probe = speed_probe_us(repeats=1)
+        calls.append(_least_program_us(call, 500, 1) / probe)
+        views.append(_least_program_us(view, 500, 1) / probe)
+    take()
+    per_call = max(statistics.median(calls) - base["call_us"] / base["probe_us"], 0.0)
+    per_entry = max(statistics.median(views) - base["view_us"] / base["probe_us"] - per_call, 0.0)
+    return HostModel(per_call, per_entry, reference_probe_us())
+
+
+if __name__ == "__main__":  # the number SIMGPU_PLAN_HOST_PROBE_US takes: run it on the target's host
+    print(f"{speed_probe_us():.1f}")

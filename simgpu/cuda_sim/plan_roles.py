@@ -23,7 +23,9 @@ rank's peaks and step (docs/plan-mode.md, "One process per role"). What makes it
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import math
 import json
 import os
 import threading
@@ -401,7 +403,7 @@ class SoloGroup(SimProcessGroup):
             self._store.delete_key(key)
             head, _, body = message.partition(b"\n")
             header = json.loads(head)
-            if header["shape"] != list(t.shape) or header["dtype"] != str(t.dtype):
+            if math.prod(header["shape"]) != t.numel() or header["dtype"] != str(t.dtype):  # NCCL moves counts
                 raise RuntimeError(f"simgpu plan --ranks: rank {self.rank()} of {self!r} receives "
                                    f"{t.dtype}{list(t.shape)} from group rank {src}, which sent "
                                    f"{header['dtype']}{header['shape']}")
@@ -437,6 +439,27 @@ class SoloGroup(SimProcessGroup):
 
     def abort(self) -> None:
         pass
+
+
+def _simulation_section(method: Any) -> Any:
+    """A SoloGroup call is the simulation's own host work (plan_host.SIM), not the program's."""
+    from simgpu.cuda_sim import plan_host
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with plan_host.SIM:
+            return method(*args, **kwargs)
+    return call
+
+
+for _name in ("allreduce", "allreduce_coalesced", "reduce", "broadcast", "allgather", "_allgather_base",
+              "allgather_into_tensor_coalesced", "reduce_scatter", "_reduce_scatter_base",
+              "reduce_scatter_tensor_coalesced", "alltoall_base", "alltoall", "gather", "scatter", "barrier",
+              "send", "recv", "_end_coalescing", "reduce_scatter_single", "reduce_scatter_single_coalesced",
+              "all_gather_single", "all_gather_single_coalesced", "all_to_all_single"):
+    setattr(SoloGroup, _name, _simulation_section(getattr(SoloGroup, _name)))
+for _name in ("wait", "get_future"):
+    setattr(SoloWork, _name, _simulation_section(getattr(SoloWork, _name)))
 
 
 def _op_name(op: Any) -> str:

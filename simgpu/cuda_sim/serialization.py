@@ -44,8 +44,13 @@ def _storage_to(storage: Any, index: int | None) -> Any:
     """A storage copy on simulated GPU `index` (None: host), or the storage itself when it is there."""
     if getattr(storage, devices.LABEL, None) == index:
         return storage
-    copy = torch.UntypedStorage(storage.nbytes())
-    copy.copy_(storage)
+    if storage.device.type == "meta":  # a plan's storage-less storage: zeros on the host, none on a GPU (plan.py)
+        copy = torch.UntypedStorage(storage.nbytes(), device="meta" if index is not None else "cpu")
+        if index is None:
+            copy.fill_(0)
+    else:
+        copy = torch.UntypedStorage(storage.nbytes())
+        copy.copy_(storage)
     if index is not None:
         setattr(copy, devices.LABEL, index)
         devices.account(copy, index)

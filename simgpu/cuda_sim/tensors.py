@@ -25,7 +25,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._device import _device_constructors
 
-from simgpu.cuda_sim import attention, devices, generators, half_fft, host_register, legacy_types, placement
+from simgpu.cuda_sim import attention, devices, generators, half_fft, host_register, legacy_types, placement, plan_host
 from simgpu.cuda_sim.errors import SimulationError
 from simgpu.cuda_sim.placement import suspended  # noqa: F401  (the simulator's plumbing imports it from here)
 
@@ -428,6 +428,8 @@ class SimCudaMode(TorchFunctionMode):
     """The program's torch calls: device arguments and CUDA's host-tensor rule (module docstring)."""
 
     def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if plan_host.SIM.active:
+            plan_host.note_call()  # a plan's measured host takes this mode's own cost per call off
         kwargs = kwargs or {}
         if func in _NO_DEVICE_RULE or placement.is_suspended():
             return func(*args, **kwargs)
