@@ -81,6 +81,12 @@ def main() -> None:
     parser.add_argument("--also-plain-malloc", action="store_true",
                         help="a series of plain runs with the malloc settings `simgpu run` gives its processes "
                              "(simgpu.host_malloc): how much of the gap those settings would close for plain too")
+    parser.add_argument("--also-sim-malloc", action="store_true",
+                        help="a series of simulated runs with SIMGPU_MALLOC_DEFAULTS=1 (simgpu.host_malloc's settings): "
+                             "an A/B of those settings in the same run")
+    parser.add_argument("--also-sim-no-malloc", action="store_true",
+                        help="a series of simulated runs with SIMGPU_MALLOC_DEFAULTS=0 (glibc's own behaviour): "
+                             "the A/B the other way round, once the settings are the default")
     parser.add_argument("--also-plain-foreach", action="store_true",
                         help="a series of plain runs with AdamW's foreach kernels, the ones torch picks for CUDA "
                              "tensors and so for simulated GPUs: the simulation's own cost, apart from CUDA's choice")
@@ -100,6 +106,10 @@ def main() -> None:
         from simgpu import host_malloc
 
         series["plain_malloc"] = (False, True, None, host_malloc.defaults({**os.environ, host_malloc.ENV: "1"}), ())
+    if args.also_sim_malloc:
+        series["sim_malloc"] = (True, not args.no_strict, None, {"SIMGPU_MALLOC_DEFAULTS": "1"}, ())
+    if args.also_sim_no_malloc:
+        series["sim_no_malloc"] = (True, not args.no_strict, None, {"SIMGPU_MALLOC_DEFAULTS": "0"}, ())
     if args.also_plain_foreach:
         series["plain_foreach"] = (False, True, None, None, ("--adam", "foreach"))
     rows = []
@@ -130,7 +140,8 @@ def main() -> None:
                 row["vs_foreach_cpu_ratio"] = row["simulated_cpu_s"] / row["plain_foreach_cpu_s"]
             rows.append(row)
             extra = "".join(f"  {name.replace('_', '-')} {row[f'{name}_ratio']:.2f}x wall {row[f'{name}_cpu_ratio']:.2f}x cpu"
-                            for name in ("no_strict", "baseline", "plain_malloc", "plain_foreach", "vs_foreach")
+                            for name in ("no_strict", "baseline", "sim_malloc", "sim_no_malloc", "plain_malloc", "plain_foreach",
+                                         "vs_foreach")
                             if f"{name}_ratio" in row)
             print(f"{wrap:6} {ranks} ranks: plain {row['plain_s'] * 1e3:8.1f} ms ({row['plain_cpu_s'] * 1e3:.1f} cpu)"
                   f"  simulated {row['simulated_s'] * 1e3:8.1f} ms ({row['simulated_cpu_s'] * 1e3:.1f} cpu)"
