@@ -38,7 +38,10 @@ def thread_cpu() -> dict[str, float]:
                 stime = int(f.read().rsplit(")", 1)[1].split()[12]) / os.sysconf("SC_CLK_TCK")
         except OSError:  # the thread ended meanwhile
             continue
-        name = f"{python_names.get(int(task), comm)}/{task}"
+        # the process's own id is its main thread's (a rank forked from simgpu's template keeps the
+        # template's main-thread id in Python's threading module)
+        name = "MainThread" if int(task) == os.getpid() else python_names.get(int(task), comm)
+        name = f"{name}/{task}"
         got[name], got[f"{name} sys"] = ns / 1e9, stime
     return got
 
