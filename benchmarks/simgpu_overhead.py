@@ -13,8 +13,9 @@ part (`*_sys_s`) and rank 0's minor page faults per step (`*_minor_faults`) go w
 memory that the C library gives back to the system and the next step touches afresh costs the same
 on both sides, but it comes and goes between runs (MALLOC_TRIM_THRESHOLD_ and MALLOC_MMAP_THRESHOLD_
 in the environment hold it still, for plain and simulated alike; `simgpu run` sets them, and
-MALLOC_TOP_PAD_, for its processes with SIMGPU_MALLOC_DEFAULTS=1: simgpu/host_malloc.py, and
---also-plain-malloc adds a series of plain runs with the same settings). --also-no-strict adds a third series
+MALLOC_TOP_PAD_, for its processes unless SIMGPU_MALLOC_DEFAULTS=0: simgpu/host_malloc.py;
+--also-plain-malloc adds a series of plain runs with the same settings, --also-sim-malloc and
+--also-sim-no-malloc one of simulated runs with SIMGPU_MALLOC_DEFAULTS=1 or 0: their A/B in one run). --also-no-strict adds a third series
 with the cross-rank check off (SIMGPU_STRICT=0): what the check costs, in the same run. --baseline DIR adds
 a series simulated by another checkout of simgpu (DIR first on PYTHONPATH, e.g. `git worktree add` or
 `git archive main | tar -x -C DIR`), alternating with the others: a change's before and after in one run.
