@@ -13,8 +13,9 @@ part (`*_sys_s`) and rank 0's minor page faults per step (`*_minor_faults`) go w
 memory that the C library gives back to the system and the next step touches afresh costs the same
 on both sides, but it comes and goes between runs (MALLOC_TRIM_THRESHOLD_ and MALLOC_MMAP_THRESHOLD_
 in the environment hold it still, for plain and simulated alike; `simgpu run` sets them, and
-MALLOC_TOP_PAD_, for its processes with SIMGPU_MALLOC_DEFAULTS=1: simgpu/host_malloc.py, and
---also-plain-malloc adds a series of plain runs with the same settings). --also-no-strict adds a third series
+MALLOC_TOP_PAD_, for its processes unless SIMGPU_MALLOC_DEFAULTS=0: simgpu/host_malloc.py;
+--also-plain-malloc adds a series of plain runs with the same settings, --also-sim-malloc and
+--also-sim-no-malloc one of simulated runs with SIMGPU_MALLOC_DEFAULTS=1 or 0: their A/B in one run). --also-no-strict adds a third series
 with the cross-rank check off (SIMGPU_STRICT=0): what the check costs, in the same run. --baseline DIR adds
 a series simulated by another checkout of simgpu (DIR first on PYTHONPATH, e.g. `git worktree add` or
 `git archive main | tar -x -C DIR`), alternating with the others: a change's before and after in one run.
@@ -81,6 +82,12 @@ def main() -> None:
     parser.add_argument("--also-plain-malloc", action="store_true",
                         help="a series of plain runs with the malloc settings `simgpu run` gives its processes "
                              "(simgpu.host_malloc): how much of the gap those settings would close for plain too")
+    parser.add_argument("--also-sim-malloc", action="store_true",
+                        help="a series of simulated runs with SIMGPU_MALLOC_DEFAULTS=1 (simgpu.host_malloc's settings): "
+                             "an A/B of those settings in the same run")
+    parser.add_argument("--also-sim-no-malloc", action="store_true",
+                        help="a series of simulated runs with SIMGPU_MALLOC_DEFAULTS=0 (glibc's own behaviour): "
+                             "the A/B the other way round, once the settings are the default")
     parser.add_argument("--also-plain-foreach", action="store_true",
                         help="a series of plain runs with AdamW's foreach kernels, the ones torch picks for CUDA "
                              "tensors and so for simulated GPUs: the simulation's own cost, apart from CUDA's choice")
@@ -100,6 +107,10 @@ def main() -> None:
         from simgpu import host_malloc
 
         series["plain_malloc"] = (False, True, None, host_malloc.defaults({**os.environ, host_malloc.ENV: "1"}), ())
+    if args.also_sim_malloc:
+        series["sim_malloc"] = (True, not args.no_strict, None, {"SIMGPU_MALLOC_DEFAULTS": "1"}, ())
+    if args.also_sim_no_malloc:
+        series["sim_no_malloc"] = (True, not args.no_strict, None, {"SIMGPU_MALLOC_DEFAULTS": "0"}, ())
     if args.also_plain_foreach:
         series["plain_foreach"] = (False, True, None, None, ("--adam", "foreach"))
     rows = []
@@ -130,7 +141,8 @@ def main() -> None:
                 row["vs_foreach_cpu_ratio"] = row["simulated_cpu_s"] / row["plain_foreach_cpu_s"]
             rows.append(row)
             extra = "".join(f"  {name.replace('_', '-')} {row[f'{name}_ratio']:.2f}x wall {row[f'{name}_cpu_ratio']:.2f}x cpu"
-                            for name in ("no_strict", "baseline", "plain_malloc", "plain_foreach", "vs_foreach")
+                            for name in ("no_strict", "baseline", "sim_malloc", "sim_no_malloc", "plain_malloc", "plain_foreach",
+                                         "vs_foreach")
                             if f"{name}_ratio" in row)
             print(f"{wrap:6} {ranks} ranks: plain {row['plain_s'] * 1e3:8.1f} ms ({row['plain_cpu_s'] * 1e3:.1f} cpu)"
                   f"  simulated {row['simulated_s'] * 1e3:8.1f} ms ({row['simulated_cpu_s'] * 1e3:.1f} cpu)"

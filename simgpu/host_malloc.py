@@ -1,5 +1,5 @@
-"""The C library's malloc settings `simgpu run` can give its processes (SIMGPU_MALLOC_DEFAULTS=1): keep
-freed host memory for reuse, as a GPU's caching allocator does. Off by default: see below.
+"""The C library's malloc settings `simgpu run` gives its processes (on unless SIMGPU_MALLOC_DEFAULTS=0):
+keep freed host memory for reuse, as a GPU's caching allocator does.
 
 A simulated GPU's memory is host memory from glibc's malloc. On a GPU, PyTorch's caching allocator keeps
 the blocks a step frees and the next step reuses them; glibc by default gives large freed memory back to
@@ -10,18 +10,17 @@ kernels (as on CUDA), so a step's memory comes and goes in larger pieces than th
 plain CPU tensors: 3-4 times plain's minor page faults a step, up to a third of the simulation's CPU
 overhead (docs/simgpu-run.md, benchmarks/simgpu_overhead.py).
 
-With SIMGPU_MALLOC_DEFAULTS=1, each variable below that the environment does not set is set for the
-run's processes: memory up to 32 MiB (glibc's own ceiling for its adaptive threshold) comes from the
-heap, a heap gives memory back only once 64 MiB are free at its top (glibc's rule: twice that
-threshold), and keeps 32 MiB there (instead of 128 KiB; what keeps a thread's emptied 64 MiB heap
-mapped). A process keeps more of its peak use, as the caching allocator does: measured, a small DDP
-rank's unique memory grew by about 8 MB (a top pad of 64 MiB cost 54 MB and 16 MiB did not keep the
-thread's heap). Not the default: the refaulting depends on the order of allocations, and in the step
-benchmark's A/B (2026-11-27, benchmarks/results/simgpu-overhead-2core-2026-11-27-r30.json) the simgpu
-without these settings happened to take few faults too, so a gain in CPU per step was not shown beyond
-the spread of a loaded machine; a quiet-machine A/B is what would decide the default. A variable the
-user sets (or `glibc.malloc.*` in GLIBC_TUNABLES) wins; unset or SIMGPU_MALLOC_DEFAULTS=0 sets none
-(glibc's own adaptive behaviour). No torch import: the launcher uses it.
+Each variable below that the environment does not set is set for the run's processes: memory up to
+32 MiB (glibc's own ceiling for its adaptive threshold) comes from the heap, a heap gives memory back
+only once 64 MiB are free at its top (glibc's rule: twice that threshold), and keeps 32 MiB there
+(instead of 128 KiB; what keeps a thread's emptied 64 MiB heap mapped). A process keeps more of its peak
+use, as the caching allocator does: measured, a small DDP rank's unique memory grew by about 8 MB (a top
+pad of 64 MiB cost 54 MB and 16 MiB did not keep the thread's heap). On by default since a quiet-machine
+A/B in one run (2026-11-27, benchmarks/results/simgpu-overhead-2core-2026-11-27-r32-malloc-ab.json: 3
+alternating runs each of DDP and FSDP2 at 2 and 4 ranks) gave less CPU per step with them in 11 of 12
+paired runs (medians 2-13% less, faults a step 20-4,300 against 9,300-20,000). A variable the user sets
+(or `glibc.malloc.*` in GLIBC_TUNABLES) wins; SIMGPU_MALLOC_DEFAULTS=0 sets none (glibc's own adaptive
+behaviour). No torch import: the launcher uses it.
 """
 from __future__ import annotations
 
@@ -39,9 +38,9 @@ DEFAULTS = {
 
 
 def defaults(env: Mapping[str, str], libc: str | None = None) -> dict[str, str]:
-    """The malloc variables to add to `env` for a simulated run: with SIMGPU_MALLOC_DEFAULTS=1, those the
-    user did not set (none where the C library is not glibc); otherwise none. ValueError for another value."""
-    switch = env.get(ENV, "0")
+    """The malloc variables to add to `env` for a simulated run: those the user did not set (none where the
+    C library is not glibc, or with SIMGPU_MALLOC_DEFAULTS=0). ValueError for a switch other than 0 or 1."""
+    switch = env.get(ENV, "1")
     if switch not in ("0", "1"):
         raise ValueError(f"{ENV} must be 0 (glibc's own malloc behaviour) or 1 (simgpu's defaults), got {switch!r}")
     libc = platform.libc_ver()[0] if libc is None else libc

@@ -20,12 +20,13 @@ MIB = 2**20
 ON = {host_malloc.ENV: "1"}
 
 
-def test_all_three_are_set_on_glibc_when_asked_and_none_elsewhere() -> None:
-    assert host_malloc.defaults({}, libc="glibc") == {}  # off unless asked for
+def test_all_three_are_set_on_glibc_by_default_and_none_elsewhere() -> None:
+    assert host_malloc.defaults({}, libc="glibc") == host_malloc.defaults(ON, libc="glibc")  # on unless turned off
     assert host_malloc.defaults(ON, libc="glibc") == {"MALLOC_MMAP_THRESHOLD_": str(32 * MIB),
                                                        "MALLOC_TRIM_THRESHOLD_": str(64 * MIB),
                                                        "MALLOC_TOP_PAD_": str(32 * MIB)}
     assert host_malloc.defaults(ON, libc="") == {}  # musl, macOS: these variables mean nothing there
+    assert host_malloc.defaults({}, libc="") == {}
 
 
 def test_what_the_user_sets_wins_by_variable_or_tunable() -> None:
@@ -50,14 +51,22 @@ def _run(env: dict[str, str]) -> dict:
 
 
 @pytest.mark.skipif(host_malloc.defaults(ON) == {}, reason="the C library here is not glibc")
-def test_a_run_that_asks_gets_them_and_reuses_freed_memory_without_refaulting_it() -> None:
-    got = _run(ON)
+def test_a_run_gets_them_unasked_and_reuses_freed_memory_without_refaulting_it() -> None:
+    got = _run({})
     assert got["env"] == host_malloc.defaults(ON)
     # 48 MiB is 12,288 pages: glibc's own thresholds give them back and the next round faults them
     # in again (12,256 on either thread, measured with SIMGPU_MALLOC_DEFAULTS=0); kept, none.
     assert got["main"] < 256 and got["thread"] < 256, got
 
 
+def test_switched_off_a_run_gets_glibcs_own_behaviour() -> None:
+    got = _run({host_malloc.ENV: "0"})
+    assert got["env"] == {}
+    if host_malloc.defaults(ON) != {}:  # glibc: the freed 48 MiB go back to the system and fault in again
+        assert got["main"] > 4096 or got["thread"] > 4096, got
+
+
 def test_the_users_own_settings_reach_the_program_unchanged() -> None:
     got = _run({"MALLOC_TRIM_THRESHOLD_": "131072"})
-    assert got["env"] == {"MALLOC_TRIM_THRESHOLD_": "131072"}  # and nothing added: off by default
+    assert got["env"]["MALLOC_TRIM_THRESHOLD_"] == "131072"  # the user's value, not simgpu's
+    assert got["env"] == {**host_malloc.defaults(ON), "MALLOC_TRIM_THRESHOLD_": "131072"}

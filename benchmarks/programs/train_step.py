@@ -13,11 +13,37 @@ import argparse
 import json
 import os
 import resource
+import threading
 import time
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds each live thread of this process has run (the kernel's scheduler figure, ns resolution),
+    keyed by its name: Python's name for Python threads, the OS name (torch's and gloo's C++ threads) else,
+    with the thread id to keep threads of one name apart; and under "<name> sys" the part of it spent in
+    the kernel (/proc's stime, in clock ticks: 10 ms resolution)."""
+    python_names = {t.native_id: t.name for t in threading.enumerate()}
+    got = {}
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/schedstat") as f:
+                ns = int(f.read().split()[0])
+            with open(f"/proc/self/task/{task}/comm") as f:
+                comm = f.read().strip()
+            with open(f"/proc/self/task/{task}/stat") as f:
+                stime = int(f.read().rsplit(")", 1)[1].split()[12]) / os.sysconf("SC_CLK_TCK")
+        except OSError:  # the thread ended meanwhile
+            continue
+        # the process's own id is its main thread's (a rank forked from simgpu's template keeps the
+        # template's main-thread id in Python's threading module)
+        name = "MainThread" if int(task) == os.getpid() else python_names.get(int(task), comm)
+        name = f"{name}/{task}"
+        got[name], got[f"{name} sys"] = ns / 1e9, stime
+    return got
 
 
 class Block(nn.Module):
@@ -44,6 +70,8 @@ def main() -> None:
     parser.add_argument("--adam", choices=["default", "foreach"], default="default",
                         help="foreach: AdamW's foreach kernels whatever the device (torch's default picks them for "
                              "CUDA tensors only, so plain CPU runs take the per-tensor loop)")
+    parser.add_argument("--thread-cpu", action="store_true",
+                        help="also print the CPU time per timed step of each of rank 0's threads (thread_cpu)")
     args = parser.parse_args()
 
     dist.init_process_group(args.backend)
@@ -68,8 +96,14 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, **({"foreach": True} if args.adam == "foreach" else {}))
     data = torch.randn(args.batch, 16, args.width, generator=torch.Generator().manual_seed(rank)).to(device)
     times, cpu_times, sys_times, faults = [], [], [], []
+    threads_before: dict[str, float] = {}
     for step in range(args.warmup + args.steps):
         dist.barrier()
+        if step == args.warmup and args.thread_cpu:
+            threads_before = thread_cpu()
+        if step == args.warmup and rank == 0 and os.environ.get("TRAIN_STEP_PIDFILE"):
+            with open(os.environ["TRAIN_STEP_PIDFILE"], "w") as f:  # for a profiler to attach to the timed steps
+                f.write(f"{os.getpid()}\n")
         start, cpu_start, usage = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
         loss = model(data).pow(2).mean()
         loss.backward()
@@ -82,10 +116,16 @@ def main() -> None:
             after = resource.getrusage(resource.RUSAGE_SELF)
             sys_times.append(after.ru_stime - usage.ru_stime)
             faults.append(after.ru_minflt - usage.ru_minflt)
+    per_thread = {}
+    if args.thread_cpu:  # from the first timed step's start to the last one's end (barriers included)
+        after_all = thread_cpu()
+        per_thread = {"thread_cpu_per_step": {name: round((after_all[name] - threads_before.get(name, 0.0)) / args.steps, 5)
+                                              for name in after_all}}
     if rank == 0:
         print(json.dumps({"wrap": args.wrap, "device": args.device, "world": dist.get_world_size(),
                           "step_seconds": times, "step_cpu_seconds": cpu_times,
-                          "step_sys_seconds": sys_times, "step_minor_faults": faults, "loss": loss.item()}), flush=True)
+                          "step_sys_seconds": sys_times, "step_minor_faults": faults, "loss": loss.item(),
+                          **per_thread}), flush=True)
     dist.destroy_process_group()
 
 
