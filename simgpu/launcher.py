@@ -112,8 +112,8 @@ def environment(gpus: int, memory_gb: float | None, timeout: float | None = None
                 sim_interface: str | None = None) -> dict[str, str]:
     """The program's environment. With --timeout, the strict deadline sits below it (unless
     SIMGPU_STRICT_TIMEOUT is set), so a rank that never arrives is named before the run is killed.
-    With --sim-interface the sim groups connect over that interface (SIMGPU_SIM_INTERFACE). With
-    SIMGPU_MALLOC_DEFAULTS=1 glibc's malloc keeps freed memory for reuse (simgpu.host_malloc)."""
+    With --sim-interface the sim groups connect over that interface (SIMGPU_SIM_INTERFACE). glibc's
+    malloc keeps freed memory for reuse unless SIMGPU_MALLOC_DEFAULTS=0 (simgpu.host_malloc)."""
     env = dict(os.environ)
     if sim_interface is not None:
         env[settings.SIM_INTERFACE_ENV] = sim_interface
@@ -123,7 +123,7 @@ def environment(gpus: int, memory_gb: float | None, timeout: float | None = None
             env[settings.STRICT_TIMEOUT_ENV] = strict_timeout
     env["SIMGPU_GPUS"] = str(gpus)
     try:
-        env.update(host_malloc.defaults(env))  # SIMGPU_MALLOC_DEFAULTS=1: freed host memory kept for reuse
+        env.update(host_malloc.defaults(env))  # freed host memory kept for reuse (off with SIMGPU_MALLOC_DEFAULTS=0)
     except ValueError as exc:
         raise SystemExit(f"simgpu run: {exc}") from None
     if memory_gb is not None:
