@@ -82,9 +82,10 @@ def speed_probe_us(repeats: int = 5, rounds: int = PROBE_ROUNDS) -> float:
     lists, strings: what a framework's own code does between ops). On the reference box it took
     REFERENCE_PROBE_US: the ratio says how much faster the box runs the program's Python than this host
     does at this moment. Pure Python, so the simulation's modes do not touch it; the least of a few
-    repeats, so that a burst of other work moves it little; taken at every step, so that a change of
-    load on a shared machine (a busy sibling hyperthread doubles a thread's CPU time) moves the program's
-    measured time and the probe alike."""
+    repeats, so that a burst of other work moves it little. A plan samples it among the program's work
+    (plan.Recorder: every PROBE_EVERY_US of program CPU), so that a change of load on a shared machine
+    (a busy sibling hyperthread can double a thread's CPU time) moves the program's measured time and
+    the probe alike."""
     best = float("inf")
     collecting = gc.isenabled()
     gc.disable()  # a collection over a large process's heap is not the host's speed
