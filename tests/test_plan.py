@@ -337,13 +337,16 @@ def test_host_model_checks_its_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_plan_values_read_back_as_zeros_and_foreach_is_priced() -> None:
     """Pickling and torch.save of a storage-less tensor give zeros (the GPU's data is not simulated in a
-    plan), as .cpu() does; an in-place foreach op (AdamW's kernels return nothing) is priced on its GPU."""
+    plan), as .cpu() does; an in-place foreach op (AdamW's kernels return nothing) is priced on its GPU;
+    torch's newer precision API (fp32_precision) prices a float32 matmul as TF32."""
     proc = simgpu_run("--gpus", "1", "--plan", "h200-141g", sys.executable, str(SCRIPTS / "plan_values.py"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("{")))
     assert out["pickled"] == {"device": "cuda:0", "shape": [3, 4], "zeros": True}
     assert out["saved_zeros"] is True
     assert out["foreach_ops"] == 1 and out["foreach_us"] > 0
+    if out["new_api"]:  # fp32_precision = "tf32" prices a float32 matmul at the TF32 rate (and raises nothing)
+        assert out["tf32_us"] < out["fp32_us"] / 2
 
 
 def test_plan_measures_the_programs_own_host_work() -> None:

@@ -45,7 +45,7 @@ from typing import Any, Sequence
 
 import torch
 
-from simgpu.cuda_sim import plan_host, plan_rates
+from simgpu.cuda_sim import plan_host, plan_rates, tf32_kernels
 
 ENV_GPU = "SIMGPU_PLAN"
 ENV_DIR = "SIMGPU_PLAN_DIR"
@@ -308,7 +308,7 @@ def _compute_dtype(args: Sequence[Any]) -> str:
             name = _DTYPE_NAMES.get(value.dtype)
             if name is not None:
                 return name
-            if value.dtype == torch.float32 and torch.get_float32_matmul_precision() != "highest":
+            if value.dtype == torch.float32 and tf32_kernels.enabled():  # legacy and new precision APIs alike
                 return "tf32"
             return "fp32"
     return "fp32"
