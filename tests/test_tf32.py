@@ -15,6 +15,7 @@ from tests.test_simgpu_run import SCRIPTS, simgpu_run
 
 REPO = Path(__file__).resolve().parent.parent
 H200 = REPO / "benchmarks" / "results" / "plan33-host-h200-2026-11-27" / "tf32-h200.json"
+H200_OPS = H200.with_name("tf32-ops-h200.json")  # benchmarks/cuda_references/tf32_ops_probe.py on an H200
 
 
 def _rne_reference(x: float) -> float:
@@ -64,6 +65,21 @@ def test_recorded_h200_answer_is_the_one_simulated() -> None:
     assert on["rne"] < 1e-6 and on["fp32"] > 1e-4 and on["rz"] > 1e-4
     assert off["fp32"] < 1e-6 and off["rne"] > 1e-4
     assert record["conv|tf32=True"]["fp32"] < 1e-6 and record["conv|tf32=True"]["rne"] > 1e-4
+
+
+def test_recorded_h200_gemm_forms_are_the_ones_simulated() -> None:
+    """The H200's answers for every GEMM form tf32_kernels rounds (tf32_ops_probe.py, torch 2.11): each within
+    float32 accumulation of its matrix operands rounded by RNE with the added operand (bias, C) not rounded, far
+    from plain float32; mv not rounded; subnormals rounded, not flushed; inf and NaN rows stay so."""
+    record = json.loads(H200_OPS.read_text())
+    assert record["gpu"] == "NVIDIA H200" and record["matmul.allow_tf32"] is True
+    for form in ("bmm", "baddbmm", "addmm_bias1d", "addmm_c2d_beta", "linear3d", "mm_transposed", "mm_subnormal"):
+        assert record[form]["rne"] < 2e-6 and record[form]["fp32"] > 1e-5, form
+    for form in ("baddbmm", "addmm_bias1d", "addmm_c2d_beta", "linear3d"):
+        assert record[form]["rne_bias"] > 1e-5, form  # the added operand is not rounded
+    assert record["mv"]["fp32"] < 1e-6 and record["mv"]["rne"] > 1e-5
+    assert record["mm_subnormal"]["rne_ftz"] > 1e-2
+    assert all(record["specials"].values())
 
 
 def test_tf32_matmuls_on_a_simulated_gpu() -> None:
