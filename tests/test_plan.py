@@ -349,6 +349,16 @@ def test_plan_values_read_back_as_zeros_and_foreach_is_priced() -> None:
         assert out["tf32_us"] < out["fp32_us"] / 2
 
 
+def test_sampled_ranks_send_objects() -> None:
+    """send_object_list between sampled ranks (torch 2.11's pipelining sends its shapes so): the pickled bytes, a
+    GPU tensor with data, reach the peer (they were read through Tensor.numpy, which refuses GPU tensors on 2.11
+    and 2.15); a storage-less tensor in the object arrives as zeros."""
+    proc = simgpu_run("--gpus", "2", "--plan", "h200-141g", "--ranks", "0,1", TORCHRUN, "--nproc-per-node", "2",
+                      str(SCRIPTS / "plan_send_object.py"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "OK plan_send_object" in proc.stdout
+
+
 def test_plan_measures_the_programs_own_host_work() -> None:
     """A step whose Python spends ~120 ms of CPU between its ops: the plan counts that CPU as the program's
     (not the simulation's) and the step is bound by the host; the same program without it is not."""

@@ -102,11 +102,10 @@ def _has_data(t: Tensor) -> bool:
 
 
 def _bytes_of(t: Tensor) -> bytes:
-    """The bytes of a tensor with data (a simulated GPU's included), in memory order of a contiguous copy."""
-    from simgpu.cuda_sim.tensors import suspended
-
-    with suspended():  # below the simulation's Tensor.numpy (which refuses GPU tensors): host memory here
-        return torch._C.TensorBase.numpy(t.detach().contiguous().view(-1).view(torch.uint8)).tobytes()
+    """The bytes of a tensor with data (a simulated GPU's included), in memory order of a contiguous copy:
+    read through .cpu(), as a program reads a GPU tensor (torch 2.11 hands TensorBase.numpy to the
+    simulation's Tensor.numpy, which refuses GPU tensors as CUDA does: send_object_list's bytes failed)."""
+    return t.detach().contiguous().view(-1).view(torch.uint8).cpu().numpy().tobytes()
 
 
 def _describe(t: Tensor) -> str:
