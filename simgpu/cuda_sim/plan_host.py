@@ -205,15 +205,12 @@ def _least_us(work: Callable[[], object], rounds: int = 2000, repeats: int = 5) 
     return best / rounds * 1e6
 
 
-def _least_program_us(work: Callable[[], object], rounds: int = 2000, repeats: int = 5) -> float:
-    """The least program CPU (us, outside the simulation's sections) per call of `work`."""
-    best = float("inf")
-    for _ in range(repeats):
-        take()
-        for _ in range(rounds):
-            work()
-        best = min(best, take().program_us / rounds)
-    return best
+def _program_us(work: Callable[[], object], rounds: int) -> float:
+    """The program CPU (us, outside the simulation's sections) per call of `work`, over `rounds` calls."""
+    take()
+    for _ in range(rounds):
+        work()
+    return take().program_us / rounds
 
 
 def baseline() -> dict[str, float]:
@@ -278,8 +275,8 @@ def calibrate(x: torch.Tensor) -> HostModel:
     calls, views = [], []
     for _ in range(7):  # each in units of a probe taken beside it: the load may change meanwhile
         probe = speed_probe_us(repeats=1)
-        calls.append(_least_program_us(call, 500, 1) / probe)
-        views.append(_least_program_us(view, 500, 1) / probe)
+        calls.append(_program_us(call, 500) / probe)
+        views.append(_program_us(view, 500) / probe)
     take()
     per_call = max(statistics.median(calls) - base["call_us"] / base["probe_us"], 0.0)
     per_entry = max(statistics.median(views) - base["view_us"] / base["probe_us"] - per_call, 0.0)
