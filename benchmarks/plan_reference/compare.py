@@ -44,17 +44,28 @@ def predicted_steps(plan_dir: Path, planned: list[dict]) -> dict[tuple[str, str,
     return out
 
 
+def _steps_per_layout(plan_dir: Path, layouts: int) -> int:
+    """Every layout runs warmup + steps optimizer steps, each one step of a plan file."""
+    counts = {len(json.loads(p.read_text())["steps"]) for p in plan_dir.glob("plan-*.json")}
+    if len(counts) != 1 or not layouts or max(counts) % layouts:
+        raise SystemExit(f"compare.py: the plan files in {plan_dir} hold {sorted(counts)} steps for {layouts} layouts: "
+                         f"pass --steps-per-layout")
+    return counts.pop() // layouts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--measured", type=Path, required=True)
     parser.add_argument("--plan-dir", type=Path, required=True, help="SIMGPU_PLAN_DIR of the plan run (its steps.jsonl too)")
     parser.add_argument("--world", type=int, required=True)
-    parser.add_argument("--steps-per-layout", type=int, default=3, help="warmup + steps of the plan run")
+    parser.add_argument("--steps-per-layout", type=int, default=None,
+                        help="warmup + steps of the plan run (default: a plan file's steps over the layouts planned)")
     args = parser.parse_args()
     measured = {(r["size"], r["layout"]): r for r in _lines(args.measured) if r["environment"]["world"] == args.world}
     planned = _lines(args.plan_dir / "steps.jsonl")
+    per_layout = args.steps_per_layout or _steps_per_layout(args.plan_dir, len(planned))
     for record in planned:
-        record["steps_run"] = args.steps_per_layout
+        record["steps_run"] = per_layout
     steps = predicted_steps(args.plan_dir, planned)
     print("| size | layout | rank | allocated GiB measured | predicted | reserved GiB measured | predicted | ratio | "
           "step ms measured | predicted | ratio | compute ms | exposed comm ms |")

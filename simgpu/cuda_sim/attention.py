@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.backends.cuda
 
-from simgpu.cuda_sim import devices, placement
+from simgpu.cuda_sim import devices, placement, plan_host
 
 aten = torch.ops.aten
 Tensor = torch.Tensor
@@ -155,16 +155,31 @@ def _meta(t: Any) -> Any:
     return torch.empty(t.shape, dtype=t.dtype, device="meta") if isinstance(t, Tensor) else t
 
 
+def _signature(t: Any) -> Any:
+    return (tuple(t.shape), t.dtype) if isinstance(t, Tensor) else t
+
+
+_VALID: set[tuple] = set()  # the argument signatures torch's checks passed (they read shapes and dtypes only)
+_VALID_MAX = 1024
+
+
 def _validate(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None, dropout_p: float,
               is_causal: bool, scale: float | None, enable_gqa: bool) -> None:
-    """torch's own checks of the arguments (its messages), run on meta copies."""
+    """torch's own checks of the arguments (its messages), run on meta copies: its composite on the meta
+    device, a few milliseconds of Python a call, so once per signature of shapes, dtypes and flags."""
     where = {devices.device_of(t) for t in (query, key, value)}
     if len(where) > 1:
         raise RuntimeError(f"Expected query, key, and value to have the same device type, but got query.device: "
                            f"{query.device} key.device: {key.device} and value.device: {value.device} instead.")
+    signature = (*map(_signature, (query, key, value, attn_mask)), dropout_p, is_causal, scale, enable_gqa)
+    if signature in _VALID:
+        return
     with torch.no_grad(), placement.elsewhere_requested():  # on torch's meta device, also in a plan
         _COMPOSITE(_meta(query), _meta(key), _meta(value), _meta(attn_mask), dropout_p, is_causal, scale=scale,
                    **_gqa(enable_gqa))
+    if len(_VALID) >= _VALID_MAX:
+        _VALID.clear()
+    _VALID.add(signature)
 
 
 def _gqa(enable_gqa: bool) -> dict:
@@ -192,28 +207,34 @@ def _needs_logsumexp(*tensors: Tensor) -> bool:
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                                  dropout_p: float = 0.0, is_causal: bool = False, *, scale: float | None = None,
                                  enable_gqa: bool = False) -> Tensor:
-    """aten::scaled_dot_product_attention for host memory: CUDA's dispatch for tensors on simulated GPUs."""
+    """aten::scaled_dot_product_attention for host memory: CUDA's dispatch for tensors on simulated GPUs.
+    The choice is the simulation's Python where CUDA's is C++: a plan does not count it as the program's
+    host time (plan_host.SIM), only the op it runs."""
     if not _on_gpu(query, key, value):
         return _COMPOSITE(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, **_gqa(enable_gqa))
-    _validate(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-    backend, why = choose(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
-    if backend == FLASH:
-        head_dim = query.size(-1)
-        scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
-        out = aten._scaled_dot_product_flash_attention(_pad_head_dim(query), _pad_head_dim(key), _pad_head_dim(value),
-                                                       dropout_p, is_causal, False, scale=scale)[0]
-        return out if out.size(-1) == head_dim else out[..., :head_dim]
-    if backend == EFFICIENT:
-        bias = _boolean_as_bias(attn_mask, query.dtype)
-        if bias is not None:  # expanded to [batch, heads, q, k], as torch hands it to the kernel
-            bias = bias.expand(query.size(0), query.size(1), query.size(2), key.size(2))
-        return aten._scaled_dot_product_efficient_attention(query, key, value, bias,
-                                                            _needs_logsumexp(query, key, value), dropout_p,
-                                                            is_causal, scale=scale)[0]
-    if backend == MATH:
-        return aten._scaled_dot_product_attention_math(query, key, value, _boolean_as_bias(attn_mask, query.dtype),
-                                                       dropout_p, is_causal, None, scale=scale,
-                                                       **_gqa(enable_gqa))[0]
+    with plan_host.SIM:
+        _validate(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        backend, why = choose(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+        if backend == FLASH:
+            head_dim = query.size(-1)
+            scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+            padded = _pad_head_dim(query), _pad_head_dim(key), _pad_head_dim(value)
+            with plan_host.PROGRAM:
+                out = aten._scaled_dot_product_flash_attention(*padded, dropout_p, is_causal, False, scale=scale)[0]
+            return out if out.size(-1) == head_dim else out[..., :head_dim]
+        if backend == EFFICIENT:
+            bias = _boolean_as_bias(attn_mask, query.dtype)
+            if bias is not None:  # expanded to [batch, heads, q, k], as torch hands it to the kernel
+                bias = bias.expand(query.size(0), query.size(1), query.size(2), key.size(2))
+            with plan_host.PROGRAM:
+                return aten._scaled_dot_product_efficient_attention(query, key, value, bias,
+                                                                    _needs_logsumexp(query, key, value), dropout_p,
+                                                                    is_causal, scale=scale)[0]
+        if backend == MATH:
+            bias = _boolean_as_bias(attn_mask, query.dtype)
+            with plan_host.PROGRAM:
+                return aten._scaled_dot_product_attention_math(query, key, value, bias, dropout_p, is_causal, None,
+                                                               scale=scale, **_gqa(enable_gqa))[0]
     for kernel, reasons in why.items():
         warnings.warn(f"{kernel} kernel not used because: {' '.join(reasons)}", stacklevel=2)
     raise RuntimeError("No available kernel. Aborting execution.")

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import torch
 
-from simgpu.cuda_sim import devices
+from simgpu.cuda_sim import devices, plan_host
 
 # aten/src/ATen/autocast_mode.h and .cpp (torch 2.13), as "name" or "name.overload"
 LOWER_PRECISION_FP = (
@@ -102,12 +102,14 @@ def _cast(t: Any, dtype: torch.dtype) -> Any:
     cacheable = (dtype != torch.float32 and t.dtype == torch.float32 and t.requires_grad and t.is_leaf
                  and not t._is_view() and torch.is_autocast_cache_enabled())
     if not cacheable:
-        return t.to(dtype)
+        with plan_host.PROGRAM:  # a cast kernel CUDA launches too
+            return t.to(dtype)
     with _cache_lock:
         hit = _cache.get(id(t))
         if hit is not None and hit[0]() is t:
             return hit[1]
-        cast = t.to(dtype)
+        with plan_host.PROGRAM:
+            cast = t.to(dtype)
         _cache[id(t)] = (weakref.ref(t), cast)
         return cast
 
@@ -145,23 +147,29 @@ def _kernel(op: Any, policy: str) -> Callable:
     append = getattr(torch.ops.aten.norm, FP32_APPEND_DTYPE[name].split(".")[1]) if policy == "fp32_append_dtype" else None
 
     def cast_then_run(*args: Any, **kwargs: Any) -> Any:
-        with torch._C._ExcludeDispatchKeyGuard(_BELOW), _below_a_cast():
+        # CUDA's policy is C++: a plan counts the casts and the op as the program's host time, not this Python
+        with plan_host.SIM, torch._C._ExcludeDispatchKeyGuard(_BELOW), _below_a_cast():
             if policy == "banned":
                 raise RuntimeError(BANNED[name])
             if policy in ("fp32_set_opt_dtype", "fp32_append_dtype"):
                 first = args[0] if args else next(iter(kwargs.values()), None)
                 if not _eligible(first):
-                    return op(*args, **kwargs)
+                    with plan_host.PROGRAM:
+                        return op(*args, **kwargs)
                 named = _named(op, args, kwargs)
                 if policy == "fp32_append_dtype":
-                    return append(**named, dtype=torch.float32)
+                    with plan_host.PROGRAM:
+                        return append(**named, dtype=torch.float32)
                 if named.get("dtype") is None:
                     named["dtype"] = torch.float32
-                return op(**named)
+                with plan_host.PROGRAM:
+                    return op(**named)
             lower = torch.get_autocast_dtype("cuda")
             dtype = {"lower_precision_fp": lower, "fp32": torch.float32}.get(policy) \
                 or _widest([*args, *kwargs.values()], lower)
-            return op(*(_cast(a, dtype) for a in args), **{k: _cast(v, dtype) for k, v in kwargs.items()})
+            cast_args, cast_kwargs = [_cast(a, dtype) for a in args], {k: _cast(v, dtype) for k, v in kwargs.items()}
+            with plan_host.PROGRAM:
+                return op(*cast_args, **cast_kwargs)
 
     return cast_then_run
 

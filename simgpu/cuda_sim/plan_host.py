@@ -147,8 +147,38 @@ class _SimSection:
             _thread.__dict__["refund"] = True
 
 
-SIM = _SimSection(dispatch=False)  # the simulation's collectives, the allocator model's frees
+class _ProgramSection:
+    """`with PROGRAM:` inside a simulation section, around what the program's host would do there on a GPU
+    too (the op that the simulation's Python kernel for scaled_dot_product_attention or for an autocast
+    policy finally runs): counted as the program's again until it ends, ops dispatched there counted
+    as entries. Outside any section it changes nothing."""
+
+    def __enter__(self) -> None:
+        if not _SimSection.active:
+            return
+        st = _thread.__dict__
+        depth = st.get("depth", 0)
+        st.setdefault("paused", []).append(depth)
+        if depth:
+            now = time.thread_time()
+            if st["refund"]:  # the section's time so far was the program's after all
+                st["program"] += now - st["entered"]
+            st["depth"], st["since"] = 0, now
+
+    def __exit__(self, *exc: object) -> None:
+        if not _SimSection.active:
+            return
+        st = _thread.__dict__
+        depth = st["paused"].pop()
+        if depth:
+            now = time.thread_time()
+            st["program"] = st.get("program", 0.0) + now - st["since"]
+            st["depth"], st["entered"] = depth, now
+
+
+SIM = _SimSection(dispatch=False)  # the simulation's collectives, the allocator model's frees, its Python kernels
 DISPATCH = _SimSection(dispatch=True)  # an op in the simulation's dispatch mode
+PROGRAM = _ProgramSection()  # the program's own work inside a SIM section (the op a Python kernel runs)
 
 
 def activate() -> None:
