@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 
@@ -27,6 +28,9 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from step_reference import host_probe_us  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -144,7 +148,7 @@ def main():
     schedule = Schedule1F1B(stage, n_microbatches=args.microbatches, loss_fn=loss_fn)
     batch = args.microbatches * args.microbatch_size
     g = torch.Generator().manual_seed(0)  # the same tokens on every rank (a plan's branches agree)
-    times, issue_times, issue_cpu = [], [], []
+    times, issue_times, issue_cpu, probes = [], [], [], []
     profiled = None
     for step in range(args.steps):
         if args.profile and step == args.steps - 1:
@@ -170,6 +174,7 @@ def main():
             times.append((time.perf_counter() - started) * 1e3)
             issue_times.append((issued - started) * 1e3)
             issue_cpu.append((issued_cpu - started_cpu) * 1e3)
+            probes.append(host_probe_us())
     busy = None
     if profiled is not None:
         profiled.__exit__(None, None, None)
@@ -181,6 +186,7 @@ def main():
             "step_ms": statistics.median(times) if times else None, "step_ms_all": times,
             "issue_ms": statistics.median(issue_times) if issue_times else None,
             "issue_cpu_ms": statistics.median(issue_cpu) if issue_cpu else None,
+            "probe_us": statistics.median(probes) if probes and None not in probes else None,
             **({"profiled_step_ms": times[-1] if times else None, "gpu_busy_ms": busy[0], "kernels": busy[1]}
                if busy is not None else {})}
     os.write(1, (json.dumps(line) + "\n").encode())

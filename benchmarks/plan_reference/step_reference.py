@@ -242,6 +242,18 @@ def device_used(device: torch.device) -> int | None:
     return total - free
 
 
+def host_probe_us() -> float | None:
+    """This process's host speed now (simgpu's plan_host speed probe: a fixed piece of plain Python, least of
+    3), taken between real steps so that a plan can be run for the host these steps had
+    (SIMGPU_PLAN_HOST_PROBE_US): the same box's processes differ up to 2x. None without simgpu or under a
+    plan (its probe's CPU would count as the next step's program work)."""
+    try:
+        from simgpu.cuda_sim import plan_host
+    except ImportError:
+        return None
+    return None if plan_host.measuring() else plan_host.speed_probe_us(repeats=3)
+
+
 def measure(layout: str, c: Config, device: torch.device, warmup: int, steps: int,
             snapshot: str | None = None) -> dict:
     """Build, train and time one layout from a clean allocator; this rank's figures. With `snapshot` (a
@@ -256,7 +268,7 @@ def measure(layout: str, c: Config, device: torch.device, warmup: int, steps: in
     if snapshot and device.type == "cuda":
         torch.cuda.memory._record_memory_history(max_entries=500000)
     run = Run(layout, c, device)
-    times, issue_times, issue_cpu = [], [], []
+    times, issue_times, issue_cpu, probes = [], [], [], []
     for i in range(warmup + steps):
         dist.barrier()
         synchronize(device)
@@ -268,9 +280,11 @@ def measure(layout: str, c: Config, device: torch.device, warmup: int, steps: in
             times.append((time.perf_counter() - t0) * 1e3)
             issue_times.append((issued - t0) * 1e3)
             issue_cpu.append((issued_cpu - t0_cpu) * 1e3)
+            probes.append(host_probe_us())
     out = {"rank": dist.get_rank(), "pp_rank": run.pp_rank, "dp_rank": run.dp_rank,
            "step_ms": statistics.median(times), "step_ms_all": times,
            "issue_ms": statistics.median(issue_times), "issue_cpu_ms": statistics.median(issue_cpu),
+           "probe_us": statistics.median(probes) if None not in probes else None,
            "seconds": time.perf_counter() - started,
            "before": before}
     if device.type == "cuda":
