@@ -170,9 +170,20 @@ class SoloWork(dist.Work):
         return fut
 
 
-def _make_backend(timeout: timedelta) -> dist.ProcessGroupGloo:
-    """A one-member gloo group: the C++ backend torch's bookkeeping asks a group for (device types,
-    coalescing support); it never carries a collective of this group."""
+def _make_backend(rank: int, size: int, timeout: timedelta) -> Any:
+    """The C++ backend torch's bookkeeping asks a group for (device types, coalescing support); it never
+    carries a collective of this group. It must have the group's rank and size: from torch 2.14 a
+    ProcessGroup's rank() and size() are its default backend's (a one-member gloo group made every rank
+    rank 0 of 1 there: both ends of a send_object_list sent). torch's FakeProcessGroup is one of any size that
+    connects to no one; a one-member gloo group where there is none (it then has the group's numbers only on
+    a torch whose ProcessGroup keeps its own)."""
+    fake = getattr(torch._C._distributed_c10d, "FakeProcessGroup", None)
+    for make in (getattr(fake, "_create_internal", None), fake):
+        if make is not None:
+            try:
+                return make(rank, size)
+            except (TypeError, RuntimeError):
+                continue
     return dist.ProcessGroupGloo(dist.HashStore(), 0, 1, timeout)
 
 
@@ -189,7 +200,7 @@ class SoloGroup(SimProcessGroup):
         dist.ProcessGroup.__init__(self, rank, size)
         self._store = store
         self._timeout = timeout
-        self._backend = _make_backend(timeout)
+        self._backend = _make_backend(rank, size, timeout)
         self._calls: list[str] = []
         self._ranks: list[int] = []
         self._sent: dict[int, int] = {}
