@@ -108,6 +108,23 @@ def _bytes_of(t: Tensor) -> bytes:
     return t.detach().contiguous().view(-1).view(torch.uint8).cpu().numpy().tobytes()
 
 
+def _given_data(t: Tensor, body: bytes) -> None:
+    """A receive of a message with data (an integer tensor the sender had from the host: a pickled object of
+    any size) into a storage-less buffer (a plan keeps the data of integer GPU tensors it makes only up to
+    1 MiB: recv_object_list's buffer is torch.empty): the buffer takes a storage holding the bytes, on its GPU
+    and under its allocation, the same tensor object, as what the program holds must read them. A buffer
+    that is a view, or floating-point, stays storage-less: its bytes would have nowhere to go."""
+    from simgpu.cuda_sim import devices
+
+    storage = t.untyped_storage()
+    if t.is_floating_point() or t.is_complex() or not t.is_contiguous() or t.storage_offset() != 0 \
+            or storage.nbytes() != len(body) or not hasattr(torch._C, "_swap_tensor_impl"):
+        return
+    filled = torch.frombuffer(bytearray(body), dtype=torch.uint8).view(t.dtype).view(t.shape)
+    devices.hand_over(storage, filled.untyped_storage())
+    torch._C._swap_tensor_impl(t, filled)
+
+
 def _describe(t: Tensor) -> str:
     """A tensor in a group's call sequence: dtype and shape, and a digest of its values if it has data."""
     text = f"{t.dtype}{list(t.shape)}"
@@ -420,6 +437,8 @@ class SoloGroup(SimProcessGroup):
             if body and _has_data(t):
                 data = torch.frombuffer(bytearray(body), dtype=torch.uint8)
                 self._guarded(lambda: t.view(-1).view(torch.uint8).copy_(data))
+            elif body:
+                self._guarded(lambda: _given_data(t, body))
             return header["time"]
 
         return self._queued(SoloWork(tensors, end, arrive))
