@@ -350,13 +350,18 @@ def test_plan_values_read_back_as_zeros_and_foreach_is_priced() -> None:
 
 
 def test_sampled_ranks_send_objects() -> None:
-    """send_object_list between sampled ranks (torch 2.11's pipelining sends its shapes so): the pickled bytes, a
-    GPU tensor with data, reach the peer (they were read through Tensor.numpy, which refuses GPU tensors on 2.11
-    and 2.15); a storage-less tensor in the object arrives as zeros."""
+    """Messages between sampled ranks as torch's pipelining sends them (the script's docstring): each sampled
+    rank is its own rank (torch >= 2.14 asks the group's backend); send_object_list's pickled bytes, a GPU
+    tensor with data, reach the peer (they were read through Tensor.numpy, which refuses GPU tensors on 2.11
+    and 2.15), a storage-less tensor in the object arrives as zeros; `t.to("meta")` of a storage-less
+    activation pickles as a meta tensor (torch 2.11's shape inference: it pickled as 8 MiB of zeros, past the
+    1 MiB a plan keeps, and the receiver unpickled zeros); an object of 2 MiB arrives whole;
+    batch_isend_irecv of P2POps fills preallocated buffers, one past 1 MiB."""
     proc = simgpu_run("--gpus", "2", "--plan", "h200-141g", "--ranks", "0,1", TORCHRUN, "--nproc-per-node", "2",
                       str(SCRIPTS / "plan_send_object.py"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "OK plan_send_object" in proc.stdout
+    for case in ("objects", "meta", "large", "batch"):
+        assert f"OK {case}" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_plan_measures_the_programs_own_host_work() -> None:

@@ -336,6 +336,16 @@ def account(storage: Any, index: int) -> None:
         t.host.grew(block.size)
 
 
+def hand_over(old: Any, new: Any) -> None:
+    """Storage `new` takes the place of `old` (a plan's storage-less buffer given a received message's bytes,
+    plan_roles.py): `old`'s simulated GPU and its allocation, charged once, freed when `new` is."""
+    allocation = getattr(old, "_simgpu_allocation", None)
+    if allocation is not None:
+        new._simgpu_allocation = allocation
+        del old._simgpu_allocation
+    setattr(new, LABEL, getattr(old, LABEL, None))
+
+
 def recharge(storage: Any, index: int) -> None:
     """A storage on simulated GPU `index` changed size in place (`UntypedStorage.resize_`, as FSDP2 frees
     and refills its unsharded parameters): its old block goes back to the allocator, the new size is charged."""

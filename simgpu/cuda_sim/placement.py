@@ -51,7 +51,8 @@ SMALL_BYTES = 1 << 20  # a plan keeps the data of an integer GPU tensor up to th
 def keeps_data(t: torch.Tensor | None) -> bool:
     """In a plan: whether a GPU tensor like `t` holds data. Integer and bool tensors up to SMALL_BYTES do
     (indices, sizes, flags, pickled objects: what programs and DDP send each other as values); floating
-    ones never (every tensor gradients flow through is then storage-less alike, as autograd requires)."""
+    ones never (every tensor gradients flow through is then storage-less alike, as autograd requires).
+    A copy of a tensor with data keeps it whatever its size (copy_backing)."""
     return t is not None and not (t.is_floating_point() or t.is_complex()) \
         and t.numel() * t.element_size() <= SMALL_BYTES
 
@@ -60,6 +61,16 @@ def backing(like: torch.Tensor | None = None) -> torch.device:
     """Where a simulated GPU's tensor like `like` is made below Python: host memory, or in a plan
     (`simgpu run --plan`) "meta" (no data, no kernels) unless keeps_data(like)."""
     if not _storage_less or keeps_data(like):
+        return _CPU
+    return _META
+
+
+def copy_backing(source: torch.Tensor) -> torch.device:
+    """backing() for a copy onto a simulated GPU of `source`, a tensor with data (a host tensor, or one a
+    plan kept): an integer or bool one keeps its values whatever its size. They are the program's, on the
+    host already (tokens, a pickled object that send_object_list moves to the GPU), not values the GPU would
+    compute; above SMALL_BYTES a pickled object's bytes were lost and its receiver unpickled zeros."""
+    if not _storage_less or not (source.is_floating_point() or source.is_complex()):
         return _CPU
     return _META
 

@@ -108,6 +108,23 @@ def _bytes_of(t: Tensor) -> bytes:
     return t.detach().contiguous().view(-1).view(torch.uint8).cpu().numpy().tobytes()
 
 
+def _given_data(t: Tensor, body: bytes) -> None:
+    """A receive of a message with data (an integer tensor the sender had from the host: a pickled object of
+    any size) into a storage-less buffer (a plan keeps the data of integer GPU tensors it makes only up to
+    1 MiB: recv_object_list's buffer is torch.empty): the buffer takes a storage holding the bytes, on its GPU
+    and under its allocation, the same tensor object, as what the program holds must read them. A buffer
+    that is a view, or floating-point, stays storage-less: its bytes would have nowhere to go."""
+    from simgpu.cuda_sim import devices
+
+    storage = t.untyped_storage()
+    if t.is_floating_point() or t.is_complex() or not t.is_contiguous() or t.storage_offset() != 0 \
+            or storage.nbytes() != len(body) or not hasattr(torch._C, "_swap_tensor_impl"):
+        return
+    filled = torch.frombuffer(bytearray(body), dtype=torch.uint8).view(t.dtype).view(t.shape)
+    devices.hand_over(storage, filled.untyped_storage())
+    torch._C._swap_tensor_impl(t, filled)
+
+
 def _describe(t: Tensor) -> str:
     """A tensor in a group's call sequence: dtype and shape, and a digest of its values if it has data."""
     text = f"{t.dtype}{list(t.shape)}"
@@ -170,9 +187,20 @@ class SoloWork(dist.Work):
         return fut
 
 
-def _make_backend(timeout: timedelta) -> dist.ProcessGroupGloo:
-    """A one-member gloo group: the C++ backend torch's bookkeeping asks a group for (device types,
-    coalescing support); it never carries a collective of this group."""
+def _make_backend(rank: int, size: int, timeout: timedelta) -> Any:
+    """The C++ backend torch's bookkeeping asks a group for (device types, coalescing support); it never
+    carries a collective of this group. It must have the group's rank and size: from torch 2.14 a
+    ProcessGroup's rank() and size() are its default backend's (a one-member gloo group made every rank
+    rank 0 of 1 there: both ends of a send_object_list sent). torch's FakeProcessGroup is one of any size that
+    connects to no one; a one-member gloo group where there is none (it then has the group's numbers only on
+    a torch whose ProcessGroup keeps its own)."""
+    fake = getattr(torch._C._distributed_c10d, "FakeProcessGroup", None)
+    for make in (getattr(fake, "_create_internal", None), fake):
+        if make is not None:
+            try:
+                return make(rank, size)
+            except (TypeError, RuntimeError):
+                continue
     return dist.ProcessGroupGloo(dist.HashStore(), 0, 1, timeout)
 
 
@@ -189,7 +217,7 @@ class SoloGroup(SimProcessGroup):
         dist.ProcessGroup.__init__(self, rank, size)
         self._store = store
         self._timeout = timeout
-        self._backend = _make_backend(timeout)
+        self._backend = _make_backend(rank, size, timeout)
         self._calls: list[str] = []
         self._ranks: list[int] = []
         self._sent: dict[int, int] = {}
@@ -409,6 +437,8 @@ class SoloGroup(SimProcessGroup):
             if body and _has_data(t):
                 data = torch.frombuffer(bytearray(body), dtype=torch.uint8)
                 self._guarded(lambda: t.view(-1).view(torch.uint8).copy_(data))
+            elif body:
+                self._guarded(lambda: _given_data(t, body))
             return header["time"]
 
         return self._queued(SoloWork(tensors, end, arrive))

@@ -111,7 +111,7 @@ def _copy_on(t: torch.Tensor, index: int | None) -> torch.Tensor:
             # a plan: a storage-less tensor stays one on a GPU, and comes back to the host as zeros (plan.py)
             moved = t.clone() if index is not None else torch.zeros(t.shape, dtype=t.dtype)
         elif placement._storage_less and index is not None:
-            moved = t.to(placement.backing(t), copy=True)  # floating or large: no data kept
+            moved = t.to(placement.copy_backing(t), copy=True)  # floating: no data kept
         else:
             moved = t.clone(memory_format=torch.preserve_format)
     if index is not None:
@@ -201,7 +201,13 @@ def _to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     target, parsed = _parse_to(args, kwargs)
     if target == _ELSEWHERE:
         with placement.elsewhere_requested():
-            return _original["to"](self, *args, **kwargs)
+            moved = _original["to"](self, *args, **kwargs)
+            if moved is self and devices.device_of(self) is not None:
+                # a plan: a simulated GPU's storage-less tensor is meta below Python already, so C++ handed
+                # it back; on CUDA `t.to("meta")` is a new tensor on the meta device (it pickles without
+                # data: torch 2.11's pipelining sends its stages' outputs so, as shapes)
+                moved = _original["to"](self, device="meta", **{**parsed, "copy": True})
+            return moved
     kwargs = parsed
     here = devices.device_of(self)
     index = here if target is None else (None if target == _HOST else target)
