@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import functools
 import gc
 import os
@@ -103,20 +104,32 @@ def unfinished_operations() -> list[str]:
 _STRONG_COMPLETED = 2  # the newest completed works keep their outputs as they are
 
 
-def _keep_completed(work: "SimWork") -> None:
+def _keep_completed(work: "SimWork", again: bool = False) -> None:
     """Keep a completed work alive (C++ may still call its overrides) without keeping its tensors: a GPU
     frees a collective's buffers once it has completed and its caller has let go of them (FSDP2's
     all-gather and reduce-scatter buffers, DDP's broadcast and first buckets). Holding them here kept
     up to 16 collectives' buffers alive and put 4-8 bytes a parameter on DDP's and FSDP2's peaks. A work
-    nobody can read after its wait (cpp_may_hold False) is not kept at all."""
+    nobody can read after its wait (cpp_may_hold False) is not kept at all.
+
+    A kept work older than the newest few holds its outputs weakly once only simgpu holds it and its
+    result is not still to be read (SimWork.unread: completed by polling, before any reader waited):
+    no Python caller can ask for result() any more, and a C++ caller holds the tensors it passed in (so
+    the weak references resolve). Each completion looks at every older kept work, not only the one it
+    pushed past the newest few: one that was still held or unread then is let go of once it no longer is.
+    again: a work completed by polling is waited for now, and kept as if it had completed now."""
+    if again:
+        with contextlib.suppress(ValueError):  # pushed out of the deque meanwhile
+            _RECENTLY_COMPLETED.remove(work)
     if work.cpp_may_hold:
         _RECENTLY_COMPLETED.append(work)
     _PENDING_WORKS.pop(id(work), None)
-    if len(_RECENTLY_COMPLETED) > _STRONG_COMPLETED:
-        older = _RECENTLY_COMPLETED[-_STRONG_COMPLETED - 1]
-        # held by the deque, `older` and getrefcount's argument only: no Python caller can ask for result()
-        # any more, and a C++ caller holds the tensors it passed in (so the weak references resolve)
-        if sys.getrefcount(older) <= 3:
+    for i in range(len(_RECENTLY_COMPLETED) - _STRONG_COMPLETED):
+        try:
+            older = _RECENTLY_COMPLETED[i]
+        except IndexError:  # another thread's completion changed the deque
+            break
+        # held by the deque, `older` and getrefcount's argument only
+        if older.holds_outputs and not older.unread and sys.getrefcount(older) <= 3:
             older.hold_outputs_weakly()
 
 
@@ -169,12 +182,17 @@ class SimWork(dist.Work):
         self._lock = threading.Lock()
         self.what = "an operation"  # how unfinished_operations() names it: the call and its site
         self.cpp_may_hold = not _dropped_once_waited()
+        self.unread = False  # completed before anyone waited for it (polled), and result() not asked for since
+        self.holds_outputs = True  # False once hold_outputs_weakly() let go of them all
         self.plan_end: float | None = None  # under a plan: when the collective ends on its stream (plan.py)
         self.gpu_end = stream_clocks.collective_issued()  # when it ends on its stream (None: no clock is ahead)
         self.host_blocks = False  # a barrier: wait() holds the host until then, as NCCL's barrier does
         _keep_pending(self)
 
-    def _complete(self) -> None:
+    def _complete(self, reader: bool = True) -> None:
+        """Run the fix-up once. reader: a waiter (wait(), or the future's callback, which takes the result)
+        is at hand to read the result now; False: the program polled is_completed(), and whoever reads the
+        result (DDP's reducer reads Join's all-reduce in backward) waits for it later."""
         with self._lock:
             if not self._done:
                 self._done = True
@@ -185,8 +203,13 @@ class SimWork(dist.Work):
                     self._error = exc
                 self._finish = None  # its closure holds the collective's inputs and buffers
                 self._let_go_of_transport()
-                self._hold_shared_outputs_weakly()
+                if reader and self.cpp_may_hold:
+                    self._hold_shared_outputs_weakly()
+                self.unread = not reader
                 _keep_completed(self)
+            elif reader and self.unread:  # polled before; its reader waits now and reads right after, as the
+                self.unread = False       # waiter of a work that completes at its wait does: kept as newly
+                _keep_completed(self, again=True)  # completed (or not at all: a Python waiter holds it)
         if self._error is not None:
             raise self._error
 
@@ -194,12 +217,12 @@ class SimWork(dist.Work):
         with plan_host.SIM:
             return self._wait(timeout)
 
-    def _wait(self, timeout: timedelta | None) -> bool:
+    def _wait(self, timeout: timedelta | None, reader: bool = True) -> bool:
         if self._inner is not None:
             self._inner.wait() if timeout is None else self._inner.wait(timeout)
         if self.cpp_may_hold and _waited_by_python():  # the waiter holds the handle (FSDP2's reduce-scatter),
             self.cpp_may_hold = False                  # so nothing needs to keep it: its buffers go with it
-        self._complete()
+        self._complete(reader)
         if self.plan_end is not None and plan.RECORDER is not None:
             plan.RECORDER.waited(self.plan_end)
         stream_clocks.collective_waited(self.gpu_end, self.host_blocks)
@@ -210,7 +233,8 @@ class SimWork(dist.Work):
             return True
         if self._inner is None or self._inner.is_completed():
             try:
-                self.wait()
+                with plan_host.SIM:
+                    self._wait(None, reader=False)
             except BaseException:  # noqa: BLE001 - reported by wait()
                 pass
             return True
@@ -223,19 +247,29 @@ class SimWork(dist.Work):
         return self._error
 
     def result(self) -> list[Tensor]:
+        self.unread = False
         resolved = (o() if isinstance(o, weakref.ref) else o for o in self._outputs)
         return [t for t in resolved if t is not None]
 
     def _hold_shared_outputs_weakly(self) -> None:
-        """Completed: an output someone else holds (the program, C++) is held weakly, so it is freed when
-        they let go, as a GPU frees a finished collective's buffer (TP's gathered logits, before their
-        rearranged copy's loss); one only this work holds stays for result()."""
+        """Completed by a waiter C++ may hold (it reads the result right after): an output someone else holds
+        (C++'s own tensor: DDP's broadcast buffer and buckets) is held weakly, so it is freed when they let
+        go, as a GPU frees a finished collective's buffer; one only this work holds stays for result().
+
+        Only then. Whoever else holds an output at completion may let go of it before a later reader reads:
+        the frame of torch's Join.notify_join_context holds `ones` until it returns the work that DDP's
+        reducer reads in backward, so a work completed while it ran (polled) is not the waiter's, and the
+        result came back empty. The transport's buffers (_raw) alias the outputs' memory without holding
+        the tensors, so gloo's thread, which lets go of a finished operation a moment after its waiter
+        returns, is not counted. A work nobody keeps (cpp_may_hold False) holds its outputs strongly: they
+        go with it, as a GPU's go with its work."""
         self._outputs = [weakref.ref(o) if isinstance(o, Tensor) and sys.getrefcount(o) > 3 else o
                          for o in self._outputs]  # > the list, `o` and getrefcount's argument
 
     def hold_outputs_weakly(self) -> None:
         """Completed, and only simgpu holds this work: its outputs live as long as their other holders."""
         self._outputs = [weakref.ref(o) if isinstance(o, Tensor) else o for o in self._outputs]
+        self.holds_outputs = False
 
     def _let_go_of_transport(self) -> None:
         """The finished gloo work holds views of the collective's buffers: let go of it (a run with data then
@@ -358,8 +392,12 @@ def _raw(t: Tensor) -> Tensor:
     """1-D view of a dense tensor's memory in memory order (what NCCL reads and writes).
 
     as_strided, not reshape: a one-element tensor can be "contiguous" with stride 0 (expanded).
+    Of t detached: the same memory without holding t itself (a view holds its base, which counts as one
+    more reference to t's Python object): gloo's worker thread holds a finished operation's buffers a
+    moment after its waiter returns, and a completed work that saw t still held then let go of it
+    (SimWork._hold_shared_outputs_weakly), emptying a result read later.
     """
-    return t.as_strided((t.numel(),), (1,))
+    return t.detach().as_strided((t.numel(),), (1,))
 
 
 def _raw_bytes(t: Tensor) -> Tensor:

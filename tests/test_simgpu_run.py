@@ -134,6 +134,16 @@ def test_works_live_while_cpp_reads_them_and_free_their_tensors() -> None:
     assert "OK work_lifetime" in done.stdout
 
 
+def test_works_results_are_there_for_a_later_reader_however_they_completed() -> None:
+    """Join's all-reduce read by DDP's reducer in backward: completed while the issuing frame still held its
+    tensor (polled), or while the transport still held the finished operation (gloo's thread lets go a
+    moment after the waiter returns: the flake of the test above), the reducer found result() empty."""
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    done = simgpu_run(2, torchrun, "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "work_result_race.py"))
+    assert done.returncode == 0, done.stdout + done.stderr[-5000:]
+    assert "OK work_result_race" in done.stdout
+
+
 def test_a_group_bound_to_its_gpu_binds_new_groups_and_device_mesh_splits_it() -> None:
     torchrun = str(Path(sys.executable).parent / "torchrun")
     done = simgpu_run(4, torchrun, "--standalone", "--nproc-per-node", "4", str(SCRIPTS / "eager_init.py"))
