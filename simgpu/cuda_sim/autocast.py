@@ -238,13 +238,23 @@ def _clear_autocast_cache() -> None:
         _cache.clear()
 
 
+_hops_passed = 0  # how many higher-order operators existed when they were last given the pass
+
+
 def _let_higher_order_ops_pass() -> None:
     """Higher-order operators (torch.cond, checkpoint's tags, flex_attention) have no PreDispatch kernel
     outside tracing: pass the key on to their next one, as they pass AutocastCUDA (their bodies' ops are
-    still cast, as under CUDA autocast)."""
-    for hop in list(torch._ops._higher_order_ops.values()):
-        if _KEY not in hop.py_kernels:
-            hop.py_impl(_KEY)(_passing(hop))
+    still cast, as under CUDA autocast). Each autocast region enables the key: the walk over torch's
+    operators runs only when new ones were made since the last (it cost tens of microseconds a region)."""
+    global _hops_passed
+    hops = torch._ops._higher_order_ops
+    if len(hops) == _hops_passed:
+        return
+    with plan_host.SIM:
+        for hop in list(hops.values()):
+            if _KEY not in hop.py_kernels:
+                hop.py_impl(_KEY)(_passing(hop))
+        _hops_passed = len(hops)
 
 
 def _passing(hop: Any) -> Callable:
