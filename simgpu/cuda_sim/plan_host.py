@@ -5,7 +5,9 @@ per-module hooks, DTensor's dispatch, a pipeline schedule's per-microbatch Pytho
 Measured, not counted: a plan runs the program's own host path (its Python, torch's autograd and
 C++ above the dispatch, FSDP2, DTensor, torch.distributed.pipelining) on this machine. What the
 simulation itself adds is left out: its sections (`SIM`, `DISPATCH`: an op's placement and meta
-kernel, the allocator model, the simulated collectives) are not counted, and what it adds outside
+kernel, the allocator model, the simulated collectives, its Python kernels for what CUDA does in C++ such
+as SDPA's kernel choice and autocast's policies, where `PROGRAM` marks the op they run as the program's)
+are not counted, and what it adds outside
 them (torch's C++ around Python modes, the function mode's own Python) is taken off per torch call
 and per dispatched op at the rate `calibrate` measures in the rank against the launcher's `baseline`
 (the same two torch calls without simulation). What is left is the program's own CPU time here;
