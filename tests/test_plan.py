@@ -382,6 +382,47 @@ def test_plan_measures_the_programs_own_host_work() -> None:
     assert busy["step_us"] >= busy["host_us"] and busy["host_idle_us"] > 0
 
 
+def test_the_simulations_python_kernels_are_not_the_programs_host() -> None:
+    """SDPA on simulated GPUs is chosen and checked in Python (torch's checks run its math composite on meta
+    copies: ~30 dispatched ops a call), where CUDA does it in C++; a plan counts only the op it runs as the
+    program's (plan_host.SIM around the rest, plan_host.PROGRAM around the op). Counted in dispatches, which
+    do not depend on the machine's speed: 2.7 ms of the program's host a call before, on 2 cores."""
+    proc = simgpu_run("--gpus", "1", "--plan", "h200-141g", sys.executable, str(SCRIPTS / "plan_python_kernels.py"),
+                      "6", env={"SIMGPU_PLAN_DIR": ""})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    steps = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("[")))
+    with_sdpa, without = steps[1], steps[2]
+    assert with_sdpa["ops"] - without["ops"] >= 6  # the kernels ran and were priced
+    per_call = (with_sdpa["dispatches"] - without["dispatches"]) / 6
+    assert per_call <= 4, steps  # the factory, the flash kernel: not torch's checks
+
+
+def test_a_program_section_inside_a_simulation_section_counts_as_the_programs() -> None:
+    from simgpu.cuda_sim import plan_host
+
+    def busy(seconds: float) -> None:
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+
+    was = plan_host._SimSection.active
+    plan_host.activate()
+    try:
+        plan_host.take()
+        with plan_host.SIM:
+            busy(0.02)  # the simulation's: not counted
+            with plan_host.PROGRAM:
+                busy(0.03)  # the program's, inside the simulation's Python kernel
+                with plan_host.DISPATCH:  # an op it dispatches: an entry
+                    busy(0.02)
+            busy(0.02)
+        taken = plan_host.take()
+    finally:
+        plan_host._SimSection.active = was
+    assert 0.03e6 <= taken.program_us < 0.05e6, taken
+    assert taken.entries == 1 and plan_host._thread.__dict__["depth"] == 0
+
+
 def _table_rows(stderr: str) -> dict[int, list[str]]:
     return {int(row[0]): row for row in (line.split() for line in stderr.splitlines() if line.strip()[:1].isdigit())}
 
