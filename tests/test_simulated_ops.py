@@ -21,6 +21,18 @@ def test_program_on_simulated_gpus(script: str) -> None:
     assert f"OK {script[:-3]}" in done.stdout
 
 
+@pytest.mark.skipif(not hasattr(torch.ops.aten, "_fused_rms_norm"), reason="torch < 2.8 has no fused RMSNorm")
+@pytest.mark.parametrize("plan", [False, True])
+def test_rms_norm_is_cudas_fused_kernel(plan: bool) -> None:
+    """F.rms_norm on a simulated GPU: one fused op, autograd saving what CUDA's saves (the host's composite kept
+    two more tensors of the input's size: +0.16-0.24 GiB a Llama pipeline stage against 4 H200s), its values
+    torch's reference decomposition of the fused kernel; the same memory under a plan."""
+    args = ("--plan", "h200-141g") if plan else ()
+    done = simgpu_run(1, *args, sys.executable, str(SCRIPTS / "rms_norm_fused.py"), *(["--plan"] if plan else []))
+    assert done.returncode == 0, done.stdout + done.stderr[-5000:]
+    assert "OK rms_norm_fused" in done.stdout
+
+
 def test_attention_dispatched_as_on_cuda() -> None:
     """scaled_dot_product_attention takes CUDA's kernels and ops: context parallelism and DTensor rules apply."""
     torchrun = str(Path(sys.executable).parent / "torchrun")

@@ -58,7 +58,8 @@ def activate(gpus: int | None = None) -> None:
     preload()
     from simgpu.cuda_sim import (api, attention, autocast, comm, cuda_build, cuda_kernels, distributed, dtensor_new,
                                  fake_tensors, generator_identity, half_fft, half_kernels, higher_order, host_register,
-                                 norm_kernels, random_ops, serialization, surface, tensors, tf32_kernels, warning_sites)
+                                 norm_kernels, random_ops, rms_norm, serialization, surface, tensors, tf32_kernels,
+                                 warning_sites)
 
     from simgpu.cuda_sim import plan
 
@@ -83,6 +84,7 @@ def activate(gpus: int | None = None) -> None:
     half_fft.install()
     half_kernels.install()
     norm_kernels.install()
+    rms_norm.install()
     tf32_kernels.install()
     warning_sites.install()
     _active = True

@@ -6,7 +6,7 @@ have a CUDA kernel and no CPU one (`Could not run 'aten::batch_norm_stats' with 
 statistics in float32 for half-precision inputs, the biased variance for normalising and the unbiased
 one for running_var. placement.py runs them in place of the missing kernels and places their results.
 FlashAttention's and the memory-efficient kernel's ops are attention_kernels.py's, LU without pivoting
-linalg_kernels.py's, _scaled_mm_v2 scaled_mm_kernels.py's (where the host lacks it); cuDNN's attention is refused in one line (cuDNN is not simulated).
+linalg_kernels.py's, RMSNorm's fused kernel rms_norm.py's, _scaled_mm_v2 scaled_mm_kernels.py's (where the host lacks it); cuDNN's attention is refused in one line (cuDNN is not simulated).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from simgpu.cuda_sim import attention_kernels, cuda_build, linalg_kernels, scaled_mm_kernels
+from simgpu.cuda_sim import attention_kernels, cuda_build, linalg_kernels, rms_norm, scaled_mm_kernels
 from simgpu.cuda_sim.norm_kernels import wide  # half-precision statistics in float32, as CUDA's
 
 Tensor = torch.Tensor
@@ -111,6 +111,7 @@ STAND_INS: dict[Any, Callable[..., Any]] = {
     **attention_kernels.STAND_INS,  # FlashAttention, memory-efficient attention
     **linalg_kernels.STAND_INS,  # LU without pivoting
     **scaled_mm_kernels.STAND_INS,  # float8 scaled matmul, where the host has no kernel (torch 2.11)
+    **rms_norm.STAND_INS,  # RMSNorm's fused kernel and its backward
     **{getattr(aten, name): _refused(name) for name in (
         "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward")
         if cuda_build.host_lacks(name)},

@@ -247,8 +247,17 @@ def label(out: Any, index: int, inputs: list[torch.Tensor] | None = None) -> Any
 
 def pairs_lists(name: str) -> bool:
     """Ops over tensor lists that pair them element by element (foreach, fused optimizers): torch's
-    C++ groups tensors by their (host) device, so one call may hold several simulated GPUs."""
-    return name.startswith(("_foreach_", "_fused_", "_amp_foreach_"))
+    C++ groups tensors by their (host) device, so one call may hold several simulated GPUs. A `_fused_`
+    op without a tensor list (`_fused_rms_norm`, `_fused_dropout`) is an ordinary op."""
+    if name.startswith(("_foreach_", "_amp_foreach_")):
+        return True
+    return name.startswith("_fused_") and _takes_tensor_lists(name)
+
+
+@functools.lru_cache(maxsize=None)
+def _takes_tensor_lists(name: str) -> bool:
+    schemas = torch._C._jit_get_schemas_for_operator(f"aten::{name}")
+    return not schemas or any(str(a.type) == "List[Tensor]" for s in schemas for a in s.arguments)
 
 
 def _foreach(func: Callable, args: tuple, kwargs: dict) -> Any:
