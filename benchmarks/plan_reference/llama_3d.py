@@ -117,6 +117,9 @@ def main():
     parser.add_argument("--profile", default=None, metavar="DIR",
                         help="profile the last step (torch.profiler, CPU and CUDA): DIR/rank<r>.json (Chrome trace) "
                              "and, in the rank's JSON line, the step's GPU busy time and its kernels' count")
+    parser.add_argument("--snapshot", default=None, metavar="DIR",
+                        help="record the caching allocator's history from the start and dump it at the end as "
+                             "DIR/rank<r>.pickle (torch.cuda.memory._dump_snapshot; where a plan's peak differs)")
     args = parser.parse_args()
     s = SIZES[args.size]
     pp, dp, tp = args.mesh
@@ -127,6 +130,8 @@ def main():
     # that on one simulated host puts each rank on GPU LOCAL_RANK % 8, as a cluster of 8-GPU nodes does
     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % GPUS_PER_NODE)
     device = torch.device("cuda", torch.cuda.current_device())
+    if args.snapshot:
+        torch.cuda.memory._record_memory_history(max_entries=1000000, stacks="python")
     mesh = init_device_mesh("cuda", (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
     pp_rank, dp_rank, tp_rank = (mesh[name].get_local_rank() for name in ("pp", "dp", "tp"))
 
@@ -175,6 +180,9 @@ def main():
             issue_times.append((issued - started) * 1e3)
             issue_cpu.append((issued_cpu - started_cpu) * 1e3)
             probes.append(host_probe_us())
+    if args.snapshot:
+        os.makedirs(args.snapshot, exist_ok=True)
+        torch.cuda.memory._dump_snapshot(os.path.join(args.snapshot, f"rank{dist.get_rank()}.pickle"))
     busy = None
     if profiled is not None:
         profiled.__exit__(None, None, None)

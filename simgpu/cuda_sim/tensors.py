@@ -196,6 +196,8 @@ def _parse_to(args: tuple, kwargs: dict) -> tuple[Any, dict]:
 
 
 def _to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    if placement._storage_less and placement.in_kernel():  # inside a plan's Python meta kernel (a type
+        return _original["to"](self, *args, **kwargs)  # promotion's converted input): the kernel's, not charged
     if not _plain(self):
         return _subclass_to(self, args, kwargs)
     target, parsed = _parse_to(args, kwargs)
