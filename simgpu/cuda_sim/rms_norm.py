@@ -91,7 +91,7 @@ _COMPOSITE: Any = None
 def _autograd_kernel(input: Tensor, normalized_shape: Any, weight: Tensor | None = None,  # noqa: A002
                      eps: float | None = None) -> tuple[Tensor, Tensor]:
     """aten::_fused_rms_norm above autograd: CUDA's node on simulated GPUs, torch's composite elsewhere."""
-    if not _on_gpu(input, weight):
+    if not _on_gpu(input, weight) or torch._C._are_functorch_transforms_active():  # vmap, grad: the composite
         return _COMPOSITE(input, normalized_shape, weight, eps)
     if torch.is_grad_enabled() and (input.requires_grad or (weight is not None and weight.requires_grad)):
         return _FusedRmsNorm.apply(input, normalized_shape, weight, eps)
