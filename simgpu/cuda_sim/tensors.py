@@ -196,8 +196,10 @@ def _parse_to(args: tuple, kwargs: dict) -> tuple[Any, dict]:
 
 
 def _to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    if placement._storage_less and placement.in_kernel():  # inside a plan's Python meta kernel (a type
-        return _original["to"](self, *args, **kwargs)  # promotion's converted input): the kernel's, not charged
+    if placement.is_suspended() or (placement._storage_less and placement.in_kernel()):
+        # the simulation's own work, or inside a plan's Python meta kernel (a type promotion's converted input):
+        # the kernel's intermediates, not tensors CUDA allocates (placement charges the op's outputs)
+        return _original["to"](self, *args, **kwargs)
     if not _plain(self):
         return _subclass_to(self, args, kwargs)
     target, parsed = _parse_to(args, kwargs)
