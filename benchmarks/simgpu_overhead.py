@@ -56,7 +56,11 @@ def run_once(wrap: str, ranks: int, simulated: bool, model: list[str], strict: b
         env["PYTHONPATH"] = os.pathsep.join([simgpu_tree, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
     if not simulated:  # plain CPU processes: on a machine with GPUs, torch must not pick them (FSDP2's mesh)
         env["CUDA_VISIBLE_DEVICES"] = ""
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    # `python -m simgpu` finds simgpu in its working directory before PYTHONPATH: run from the repository root, a
+    # baseline series ran this checkout's simgpu, not the baseline's (the A/B compared a tree with itself). So
+    # each series runs in the root of the checkout it measures.
+    cwd = simgpu_tree if simgpu_tree is not None else str(HERE.parent)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=cwd)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         raise SystemExit(f"{' '.join(cmd)} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
@@ -95,6 +99,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.baseline is not None and not (Path(args.baseline) / "simgpu" / "__init__.py").is_file():
         raise SystemExit(f"simgpu_overhead.py: --baseline {args.baseline}: no simgpu package there")
+    if args.baseline is not None:
+        args.baseline = str(Path(args.baseline).resolve())  # its runs start there (run_once)
     model = ["--width", str(args.width), "--layers", str(args.layers), "--batch", str(args.batch)]
     # name: (simulated, strict, simgpu tree, extra environment, extra program arguments)
     series: dict[str, tuple] = {"plain": (False, True, None, None, ()),

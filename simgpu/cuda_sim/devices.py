@@ -204,6 +204,10 @@ _is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 _functorch_unwrapped = torch._C._functorch.get_unwrapped
 
 
+_mode_on = getattr(torch._C, "_is_torch_function_mode_enabled", lambda: True)
+_NoTorchFunction = torch._C.DisableTorchFunction
+
+
 def device_of(t: torch.Tensor) -> int | None:
     """The simulated GPU a tensor lives on, or None for host memory.
 
@@ -212,7 +216,13 @@ def device_of(t: torch.Tensor) -> int | None:
     if _is_functorch_wrapped(t):  # vmap's batched tensors, grad's: where the tensor they wrap lives
         return device_of(innermost(t))
     try:
-        storage = t.untyped_storage()
+        if type(t) in _PLAIN and _mode_on():
+            # called in the program's context (`t.device`, `p.grad`): the method went through every torch
+            # function mode on the stack (simgpu's own among them, 0.5 us) to return what C++ returns
+            with _NoTorchFunction():
+                storage = t.untyped_storage()
+        else:
+            storage = t.untyped_storage()
     except (RuntimeError, NotImplementedError):  # sparse, nested, meta wrappers: host semantics
         return None
     index = getattr(storage, LABEL, None)

@@ -38,8 +38,16 @@ _HOST = "host"  # an explicit host target (device="cpu"), as opposed to "no devi
 _ELSEWHERE = "elsewhere"
 
 
+_CUDA_DEVICES: dict[int, torch.device] = {}
+
+
 def _cuda_device(index: int) -> torch.device:
-    return torch.device("cuda", index)
+    """torch.device("cuda", index), made once per index: `t.device` returns it on every read, and making
+    one went through the torch function modes (2 us; torch.device is immutable)."""
+    device = _CUDA_DEVICES.get(index)
+    if device is None:
+        device = _CUDA_DEVICES[index] = torch.device("cuda", index)
+    return device
 
 
 def device_of(t: torch.Tensor) -> torch.device:
@@ -434,15 +442,57 @@ def _default_gpu() -> torch.device | None:
     return device if isinstance(device, torch.device) and device.type == "cuda" else None
 
 
+# What SimCudaMode does with a function, worked out once per function (_kind): most calls take the first
+# three, which need no more than the function's identity and the call's tensors.
+_NO_RULE = 0      # _NO_DEVICE_RULE: called as is
+_SAME_CPP = 1     # C++ (a builtin): CUDA's same-device rule, then issued on the tensors' GPU (_issued_on)
+_SAME_PY = 2      # a Python function: CUDA's same-device rule only
+_PAIRS = 3        # pairs its tensor lists element by element (foreach): called as is
+_GENERAL = 4      # a case of its own (_SPECIAL_CALL) or a factory torch.set_default_device reaches: the full rule
+_KIND: dict[Any, int] = {}
+_pstate = placement._state  # placement's thread-local state (suspended, the issued GPU)
+
+
+def _kind(func: Callable) -> int:
+    if func in _NO_DEVICE_RULE:
+        return _NO_RULE
+    pairs = _GENERIC[func] = _generic(func)
+    if pairs is _SPECIAL_CALL or func in _DEVICE_CONSTRUCTORS:
+        return _GENERAL
+    if pairs:
+        return _PAIRS
+    return _SAME_CPP if isinstance(func, _CPP_FUNCTIONS) else _SAME_PY
+
+
 class SimCudaMode(TorchFunctionMode):
     """The program's torch calls: device arguments and CUDA's host-tensor rule (module docstring)."""
 
     def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if plan_host.SIM.active:
             plan_host.note_call()  # a plan's measured host takes this mode's own cost per call off
-        kwargs = kwargs or {}
-        if func in _NO_DEVICE_RULE or placement.is_suspended():
-            return func(*args, **kwargs)
+        kind = _KIND.get(func)
+        if kind is None:
+            kind = _KIND[func] = _kind(func)
+        if kind is _NO_RULE or getattr(_pstate, "suspended", 0):
+            return func(*args, **kwargs) if kwargs else func(*args)
+        if kind is not _GENERAL and (not kwargs or ("device" not in kwargs and not kwargs.get("pin_memory"))):
+            # most calls: no device argument and nothing of the cases below, only CUDA's same-device rule
+            if kind is _PAIRS:
+                return func(*args, **kwargs) if kwargs else func(*args)
+            tensors, index = _same_device(args, kwargs)
+            if index is not None and kind is _SAME_CPP and all(type(t) in _PLAIN for t in tensors):
+                # _issued_on, inline (every C++ call on a GPU's tensors pays it)
+                previous = getattr(_pstate, "issued", None)
+                _pstate.issued = index
+                try:
+                    return func(*args, **kwargs) if kwargs else func(*args)
+                finally:
+                    _pstate.issued = previous
+            return func(*args, **kwargs) if kwargs else func(*args)
+        return self._general(func, args, kwargs or {})
+
+    def _general(self, func: Callable, args: tuple, kwargs: dict) -> Any:
+        """A call with a device argument, pin_memory, or a case of its own (_kind)."""
         pairs = _GENERIC.get(func)
         if pairs is None:
             pairs = _GENERIC[func] = _generic(func)
@@ -451,7 +501,7 @@ class SimCudaMode(TorchFunctionMode):
             if default is not None:  # torch.set_default_device("cuda"): its mode lies below this one
                 kwargs = {**kwargs, "device": default}
         if pairs is not _SPECIAL_CALL and "device" not in kwargs and not kwargs.get("pin_memory"):
-            # most calls: no device argument and nothing of the cases below, only CUDA's same-device rule
+            # a factory without a device (torch.set_default_device's not a GPU): the same-device rule only
             if not pairs:
                 tensors, index = _same_device(args, kwargs)
                 if index is not None and isinstance(func, _CPP_FUNCTIONS) and all(type(t) in _PLAIN for t in tensors):
@@ -460,7 +510,7 @@ class SimCudaMode(TorchFunctionMode):
         if func is torch._C._nn._parse_to:
             return _parse_to_for_module(args, kwargs)
         if kwargs.get("pin_memory"):  # torch.empty(..., pin_memory=True): pinned host memory, as Tensor.pin_memory()
-            return _pinned(self.__torch_function__(func, types, args, {**kwargs, "pin_memory": False}))
+            return _pinned(self.__torch_function__(func, (), args, {**kwargs, "pin_memory": False}))
         if half_fft.applies(func, args, kwargs):  # cuFFT's half precision, which the host's FFT lacks
             return half_fft.run(func, args, kwargs)
         if func is torch._C._nn.unflatten_dense_tensors:
@@ -610,7 +660,7 @@ def install() -> None:
         unless the program gave a host parameter a host gradient (set_grad): that one stays on the host
         when the parameter's `.data` later moves to a GPU, as on CUDA (FSDP1's CPU-offloaded `_cpu_grad`)."""
         grad = base_grad.__get__(t)
-        if grad is not None and _plain(grad) and devices.device_of(grad) is None and not devices.host_grad(grad):
+        if grad is not None and type(grad) in _PLAIN and devices.device_of(grad) is None and not devices.host_grad(grad):
             index = devices.device_of(t)
             if index is not None:
                 devices.adopt(grad, index)
