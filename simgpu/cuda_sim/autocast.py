@@ -66,11 +66,29 @@ BANNED = {"binary_cross_entropy": (
     "safe to autocast.")}
 
 
+# What a later torch or a CUDA build with cuDNN autocasts beyond torch 2.13's CPU wheel, each with its policy:
+# in the table where the installed torch registers it. linalg_matrix_sqrth (torch 2.14+): fp32, probed on
+# 2.14.1's CUDA build with FakeTensorMode's CUDA tensors (float16 and float32 in, float32 out, as exp; mm
+# float16); _cudnn_rnn: autocast_mode's _cudnn_rnn_cast_reflatten casts the input and weights to half
+# (cuDNN is not simulated, so simulated GPUs never reach it).
+LATER = {"linalg_matrix_sqrth": "fp32", "_cudnn_rnn": "lower_precision_fp"}
+
+
+def _registered(name: str) -> bool:
+    """Whether the installed torch has a CUDA autocast kernel for aten::name (compiled into the CPU wheel too)."""
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(name, "AutocastCUDA")
+    except RuntimeError:  # no such operator in this build
+        return False
+
+
 def table() -> dict[str, str]:
-    """Each op of CUDA's autocast lists ("aten::name[.overload]") and its policy."""
+    """Each op of CUDA's autocast lists ("aten::name[.overload]") and its policy: torch 2.13's lists, and what
+    the installed torch adds of LATER."""
     policies = {"lower_precision_fp": LOWER_PRECISION_FP, "fp32": FP32, "fp32_set_opt_dtype": FP32_SET_OPT_DTYPE,
                 "fp32_append_dtype": tuple(FP32_APPEND_DTYPE), "promote": PROMOTE, "banned": tuple(BANNED)}
-    return {f"aten::{name}": policy for policy, names in policies.items() for name in names}
+    listed = {f"aten::{name}": policy for policy, names in policies.items() for name in names}
+    return {**listed, **{f"aten::{name}": policy for name, policy in LATER.items() if _registered(f"aten::{name}")}}
 
 
 _KEY = torch._C.DispatchKey.PreDispatch
@@ -269,13 +287,7 @@ def installed_lists() -> set[str] | None:
     """The table's ops that the installed torch's CUDA autocast handles (its AutocastCUDA kernels, compiled
     into the CPU wheel too), or None where it registers none of them (nothing to follow: the whole table).
     The table is torch 2.13's lists; an older torch lacks some (rms_norm): CUDA does not cast those there."""
-    def registered(name: str) -> bool:
-        try:
-            return torch._C._dispatch_has_kernel_for_dispatch_key(name, "AutocastCUDA")
-        except RuntimeError:  # no such operator in this build
-            return False
-
-    found = {name for name in table() if registered(name)}
+    found = {name for name in table() if _registered(name)}
     return found or None
 
 
