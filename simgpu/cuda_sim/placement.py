@@ -37,8 +37,6 @@ aten = torch.ops.aten
 _state = threading.local()
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _CPU = torch.device("cpu")
-_autocast_here = torch._C._dispatch_tls_is_dispatch_key_included  # autocast.enabled_here, without its frame
-_AUTOCAST_KEY = autocast._KEY
 _STRIDED = torch.strided
 
 
@@ -394,28 +392,20 @@ class PlacementMode(TorchDispatchMode):
                 return _higher_order(func, args, kwargs or {})
             op = _OPS[func] = _Op(func)
         kwargs = kwargs or {}
-        if types:
-            subclass = _DISPATCHING.get(types) if type(types) is tuple else None
-            if subclass is None:
-                subclass = _subclass_among(types)
-            if subclass:
-                if infra_mode_active():  # tracing (FakeTensor, proxies, functionalization): not ours to place
-                    return op.run(*args, **kwargs)
-                return NotImplemented  # a tensor subclass (DTensor, ...) dispatches first; its local ops come back here
+        if types and _subclass_among(types):
+            if infra_mode_active():  # tracing (FakeTensor, proxies, functionalization): not ours to place
+                return op.run(*args, **kwargs)
+            return NotImplemented  # a tensor subclass (DTensor, ...) dispatches first; its local ops come back here
         if getattr(_state, "suspended", 0):
             return op.run(*args, **kwargs)
         if op.plain:  # most ops: the results take the inputs' GPU (the general rule below, its other cases ruled out)
             target = gpu_of_call(args, kwargs)
             if target is None:
                 return op.run(*args, **kwargs)
-            if _autocast_here(_AUTOCAST_KEY):
+            if autocast.enabled_here():
                 with autocast.inner_ops_cast():
                     return label(op.run(*args, **kwargs), target)
-            out = op.run(*args, **kwargs)
-            if type(out) in _PLAIN and out.layout is _STRIDED:  # label(out, target), inline: one tensor out
-                devices.adopt(out, target)
-                return out
-            return label(out, target)
+            return label(op.run(*args, **kwargs), target)
         if op.special is not None:
             return op.special(op.run, args, kwargs)
         if op.composite and torch.is_inference_mode_enabled() and not infra_mode_active():

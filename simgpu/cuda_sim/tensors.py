@@ -450,7 +450,6 @@ _SAME_PY = 2      # a Python function: CUDA's same-device rule only
 _PAIRS = 3        # pairs its tensor lists element by element (foreach): called as is
 _GENERAL = 4      # a case of its own (_SPECIAL_CALL) or a factory torch.set_default_device reaches: the full rule
 _KIND: dict[Any, int] = {}
-_pstate = placement._state  # placement's thread-local state (suspended, the issued GPU)
 
 
 def _kind(func: Callable) -> int:
@@ -470,26 +469,21 @@ class SimCudaMode(TorchFunctionMode):
     def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if plan_host.SIM.active:
             plan_host.note_call()  # a plan's measured host takes this mode's own cost per call off
+        kwargs = kwargs or {}
         kind = _KIND.get(func)
         if kind is None:
             kind = _KIND[func] = _kind(func)
-        if kind is _NO_RULE or getattr(_pstate, "suspended", 0):
-            return func(*args, **kwargs) if kwargs else func(*args)
-        if kind is not _GENERAL and (not kwargs or ("device" not in kwargs and not kwargs.get("pin_memory"))):
+        if kind is _NO_RULE or placement.is_suspended():
+            return func(*args, **kwargs)
+        if kind is not _GENERAL and "device" not in kwargs and not kwargs.get("pin_memory"):
             # most calls: no device argument and nothing of the cases below, only CUDA's same-device rule
             if kind is _PAIRS:
-                return func(*args, **kwargs) if kwargs else func(*args)
+                return func(*args, **kwargs)
             tensors, index = _same_device(args, kwargs)
             if index is not None and kind is _SAME_CPP and all(type(t) in _PLAIN for t in tensors):
-                # _issued_on, inline (every C++ call on a GPU's tensors pays it)
-                previous = getattr(_pstate, "issued", None)
-                _pstate.issued = index
-                try:
-                    return func(*args, **kwargs) if kwargs else func(*args)
-                finally:
-                    _pstate.issued = previous
-            return func(*args, **kwargs) if kwargs else func(*args)
-        return self._general(func, args, kwargs or {})
+                return _issued_on(index, func, args, kwargs)
+            return func(*args, **kwargs)
+        return self._general(func, args, kwargs)
 
     def _general(self, func: Callable, args: tuple, kwargs: dict) -> Any:
         """A call with a device argument, pin_memory, or a case of its own (_kind)."""
