@@ -147,10 +147,6 @@ def _verdict(kernel: str, reasons: list[str], debug: bool) -> bool:
 
 
 # ---- the op ---------------------------------------------------------------------------------------------
-def _on_gpu(*tensors: Any) -> bool:
-    return any(isinstance(t, Tensor) and not t.is_nested and devices.device_of(t) is not None for t in tensors)
-
-
 def _meta(t: Any) -> Any:
     return torch.empty(t.shape, dtype=t.dtype, device="meta") if isinstance(t, Tensor) else t
 
@@ -210,7 +206,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     """aten::scaled_dot_product_attention for host memory: CUDA's dispatch for tensors on simulated GPUs.
     The choice is the simulation's Python where CUDA's is C++: a plan does not count it as the program's
     host time (plan_host.SIM), only the op it runs."""
-    if not _on_gpu(query, key, value):
+    if not devices.any_on_gpu(query, key, value):
         return _COMPOSITE(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, **_gqa(enable_gqa))
     with plan_host.SIM:
         _validate(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
@@ -244,7 +240,7 @@ def _fused_sdp_choice(run: Any, args: tuple, kwargs: dict) -> int:
     """aten::_fused_sdp_choice on simulated GPUs: CUDA's choice (placement.py hands it here)."""
     names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal")
     bound = {**dict(zip(names, args)), **kwargs}
-    if not _on_gpu(bound["query"], bound["key"], bound["value"]):
+    if not devices.any_on_gpu(bound["query"], bound["key"], bound["value"]):
         return run(*args, **kwargs)
     backend, _ = choose(bound["query"], bound["key"], bound["value"], bound.get("attn_mask"),
                         bound.get("dropout_p", 0.0), bound.get("is_causal", False), bound.get("enable_gqa", False))

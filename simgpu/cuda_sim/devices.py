@@ -346,6 +346,12 @@ def account(storage: Any, index: int) -> None:
         t.host.grew(block.size)
 
 
+def any_on_gpu(*values: Any) -> bool:
+    """Whether any of `values` is a (non-nested) tensor on a simulated GPU: a Python kernel registered ahead of
+    torch's composite (attention.py, rms_norm.py) takes CUDA's path for these, the host's otherwise."""
+    return any(isinstance(v, torch.Tensor) and not v.is_nested and device_of(v) is not None for v in values)
+
+
 def hand_over(old: Any, new: Any) -> None:
     """Storage `new` takes the place of `old` (a plan's storage-less buffer given a received message's bytes,
     plan_roles.py): `old`'s simulated GPU and its allocation, charged once, freed when `new` is."""

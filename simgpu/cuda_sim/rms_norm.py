@@ -55,10 +55,6 @@ def fused_rms_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape: A
                                                           output_mask)
 
 
-def _on_gpu(*tensors: Any) -> bool:
-    return any(isinstance(t, Tensor) and not t.is_nested and devices.device_of(t) is not None for t in tensors)
-
-
 def _below_autograd(input: Tensor, normalized_shape: Any, weight: Tensor | None, eps: float | None) -> tuple:
     with torch._C._AutoDispatchBelowAutograd():  # to placement.py as one op, as CUDA's kernel is one
         return aten._fused_rms_norm.default(input, normalized_shape, weight, eps)
@@ -85,13 +81,10 @@ class _FusedRmsNorm(torch.autograd.Function):
         return grad_input, None, grad_weight, None
 
 
-_COMPOSITE: Any = None
-
-
 def _autograd_kernel(input: Tensor, normalized_shape: Any, weight: Tensor | None = None,  # noqa: A002
                      eps: float | None = None) -> tuple[Tensor, Tensor]:
     """aten::_fused_rms_norm above autograd: CUDA's node on simulated GPUs, torch's composite elsewhere."""
-    if not _on_gpu(input, weight) or torch._C._are_functorch_transforms_active():  # vmap, grad: the composite
+    if not devices.any_on_gpu(input, weight) or torch._C._are_functorch_transforms_active():  # vmap, grad too
         return _COMPOSITE(input, normalized_shape, weight, eps)
     if torch.is_grad_enabled() and (input.requires_grad or (weight is not None and weight.requires_grad)):
         return _FusedRmsNorm.apply(input, normalized_shape, weight, eps)
@@ -99,18 +92,19 @@ def _autograd_kernel(input: Tensor, normalized_shape: Any, weight: Tensor | None
 
 
 STAND_INS: dict[Any, Any] = {}
+_COMPOSITE: Any = None  # torch's own (CompositeImplicitAutograd), for host tensors
 if hasattr(aten, "_fused_rms_norm") and cuda_build.host_lacks("_fused_rms_norm"):  # torch >= 2.8, a CPU build
     STAND_INS = {aten._fused_rms_norm: fused_rms_norm, aten._fused_rms_norm_backward: fused_rms_norm_backward}
+    _COMPOSITE = aten._fused_rms_norm.default.decompose
 
 
 def install() -> None:
     """Register the autograd kernel (where this torch has the fused op and the host lacks its kernel)."""
     from simgpu.cuda_sim import placement
 
-    global _library, _COMPOSITE
+    global _library
     if _library is not None or not STAND_INS:
         return
-    _COMPOSITE = aten._fused_rms_norm.default.decompose
     _library = torch.library.Library("aten", "IMPL")  # noqa: TOR901 - a kernel for aten's own op
     _library.impl("_fused_rms_norm", _autograd_kernel, "AutogradCPU")
     if placement._storage_less:  # a plan's GPU tensors are meta below Python
