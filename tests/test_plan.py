@@ -287,7 +287,8 @@ def test_host_clock_bounds_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_sections_leave_the_simulation_out() -> None:
     """plan_host's accounting: CPU inside SIM/DISPATCH sections is not the program's (nested ones count
-    once), a refunded section is, only DISPATCH sections count as entries, note_call counts calls."""
+    once), a refunded section is, only DISPATCH sections count as entries, note_call counts calls, and a
+    PROGRAM section inside SIM counts as the program's again (its dispatches as entries)."""
     from simgpu.cuda_sim import plan_host
 
     def burn(seconds: float) -> None:
@@ -314,6 +315,16 @@ def test_sections_leave_the_simulation_out() -> None:
             plan_host.SIM.refund()  # an op on host tensors: the box's CPU does it too
         taken = plan_host.take()
         assert taken.program_us > 25e3 and taken.entries == 1
+        with plan_host.SIM:
+            burn(0.02)  # a Python kernel of the simulation's (SDPA's choice): not counted
+            with plan_host.PROGRAM:
+                burn(0.03)  # the op it runs: the program's
+                with plan_host.DISPATCH:  # an op dispatched from there: an entry
+                    burn(0.02)
+            burn(0.02)
+        taken = plan_host.take()
+        assert 0.03e6 <= taken.program_us < 0.05e6, taken
+        assert taken.entries == 1 and plan_host._thread.__dict__["depth"] == 0
     finally:
         plan_host._SimSection.active = was
 
@@ -395,32 +406,6 @@ def test_the_simulations_python_kernels_are_not_the_programs_host() -> None:
     assert with_sdpa["ops"] - without["ops"] >= 6  # the kernels ran and were priced
     per_call = (with_sdpa["dispatches"] - without["dispatches"]) / 6
     assert per_call <= 4, steps  # the factory, the flash kernel: not torch's checks
-
-
-def test_a_program_section_inside_a_simulation_section_counts_as_the_programs() -> None:
-    from simgpu.cuda_sim import plan_host
-
-    def busy(seconds: float) -> None:
-        end = time.thread_time() + seconds
-        while time.thread_time() < end:
-            pass
-
-    was = plan_host._SimSection.active
-    plan_host.activate()
-    try:
-        plan_host.take()
-        with plan_host.SIM:
-            busy(0.02)  # the simulation's: not counted
-            with plan_host.PROGRAM:
-                busy(0.03)  # the program's, inside the simulation's Python kernel
-                with plan_host.DISPATCH:  # an op it dispatches: an entry
-                    busy(0.02)
-            busy(0.02)
-        taken = plan_host.take()
-    finally:
-        plan_host._SimSection.active = was
-    assert 0.03e6 <= taken.program_us < 0.05e6, taken
-    assert taken.entries == 1 and plan_host._thread.__dict__["depth"] == 0
 
 
 def _table_rows(stderr: str) -> dict[int, list[str]]:
