@@ -85,7 +85,7 @@ def _plan_clock():
     finally:
         recorder._calibrating = False
 
-    from simgpu.cuda_sim import placement
+    from simgpu.cuda_sim import placement, workspaces  # cuBLAS's kernels: the GEMMs
 
     kernels = {"gemm": 0, "foreach": 0, "other": 0}  # the GPU kernels the plan priced, by kind
     price = placement._plan_hook
@@ -93,8 +93,9 @@ def _plan_clock():
     def counting(func, args, kwargs, out):
         price(func, args, kwargs, out)
         if not (func.is_view or func.overloadpacket in plan._FREE or recorder._calibrating):
-            name = func.overloadpacket.__name__
-            kind = "gemm" if name in GEMMS else "foreach" if name.startswith("_foreach_") else "other"
+            packet = func.overloadpacket
+            kind = "gemm" if packet in workspaces.CUBLAS_OPS else \
+                "foreach" if packet.__name__.startswith("_foreach_") else "other"
             kernels[kind] += 1
 
     placement._plan_hook = counting
@@ -110,8 +111,6 @@ def _plan_clock():
 
     return read, recorder
 
-
-GEMMS = {"mm", "addmm", "bmm", "baddbmm", "_addmm_activation", "matmul", "linear"}
 
 
 def measure(work, calls: int, repeats: int, plan_clock) -> dict:
