@@ -30,6 +30,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import thread_cpu  # noqa: E402
 from step_reference import host_probe_us  # noqa: E402
 
 
@@ -153,7 +154,7 @@ def main():
     schedule = Schedule1F1B(stage, n_microbatches=args.microbatches, loss_fn=loss_fn)
     batch = args.microbatches * args.microbatch_size
     g = torch.Generator().manual_seed(0)  # the same tokens on every rank (a plan's branches agree)
-    times, issue_times, issue_cpu, probes = [], [], [], []
+    times, issue_times, issue_cpu, probes, threads = [], [], [], [], []
     profiled = None
     for step in range(args.steps):
         if args.profile and step == args.steps - 1:
@@ -161,7 +162,7 @@ def main():
                                                           torch.profiler.ProfilerActivity.CUDA])
             profiled.__enter__()
         torch.cuda.synchronize(device)
-        started, started_cpu = time.perf_counter(), time.thread_time()
+        started, started_cpu, started_threads = time.perf_counter(), time.thread_time(), thread_cpu.snapshot()
         tokens = torch.randint(0, s.vocab, (batch, s.seq + 1), generator=g)
         optimizer.zero_grad()
         if pp == 1:  # one stage: it takes the inputs and computes the loss
@@ -177,6 +178,7 @@ def main():
         torch.cuda.synchronize(device)
         if step >= args.warmup:
             times.append((time.perf_counter() - started) * 1e3)
+            threads.append(thread_cpu.since(started_threads))
             issue_times.append((issued - started) * 1e3)
             issue_cpu.append((issued_cpu - started_cpu) * 1e3)
             probes.append(host_probe_us())
@@ -195,6 +197,7 @@ def main():
             "issue_ms": statistics.median(issue_times) if issue_times else None,
             "issue_cpu_ms": statistics.median(issue_cpu) if issue_cpu else None,
             "probe_us": statistics.median(probes) if probes and None not in probes else None,
+            "thread_cpu_ms": thread_cpu.medians(threads),
             **({"profiled_step_ms": times[-1] if times else None, "gpu_busy_ms": busy[0], "kernels": busy[1]}
                if busy is not None else {})}
     os.write(1, (json.dumps(line) + "\n").encode())

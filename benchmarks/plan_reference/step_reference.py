@@ -40,6 +40,8 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+import thread_cpu  # noqa: E402 - this folder's (the script's own directory is on sys.path)
+
 
 @dataclass(frozen=True)
 class Config:
@@ -268,16 +270,17 @@ def measure(layout: str, c: Config, device: torch.device, warmup: int, steps: in
     if snapshot and device.type == "cuda":
         torch.cuda.memory._record_memory_history(max_entries=500000)
     run = Run(layout, c, device)
-    times, issue_times, issue_cpu, probes = [], [], [], []
+    times, issue_times, issue_cpu, probes, threads = [], [], [], [], []
     for i in range(warmup + steps):
         dist.barrier()
         synchronize(device)
-        t0, t0_cpu = time.perf_counter(), time.thread_time()
+        t0, t0_cpu, t0_threads = time.perf_counter(), time.thread_time(), thread_cpu.snapshot()
         run.step()
         issued, issued_cpu = time.perf_counter(), time.thread_time()  # the host has issued the step's work
         synchronize(device)
         if i >= warmup:
             times.append((time.perf_counter() - t0) * 1e3)
+            threads.append(thread_cpu.since(t0_threads))
             issue_times.append((issued - t0) * 1e3)
             issue_cpu.append((issued_cpu - t0_cpu) * 1e3)
             probes.append(host_probe_us())
@@ -285,6 +288,7 @@ def measure(layout: str, c: Config, device: torch.device, warmup: int, steps: in
            "step_ms": statistics.median(times), "step_ms_all": times,
            "issue_ms": statistics.median(issue_times), "issue_cpu_ms": statistics.median(issue_cpu),
            "probe_us": statistics.median(probes) if None not in probes else None,
+           "thread_cpu_ms": thread_cpu.medians(threads),
            "seconds": time.perf_counter() - started,
            "before": before}
     if device.type == "cuda":
