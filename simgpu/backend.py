@@ -57,7 +57,7 @@ from torch._C._distributed_c10d import (
 
 from simgpu import collective_echo, collective_profiling, comm_log, faults, gloo_listener
 from simgpu import nccl_rules as rules
-from simgpu.cuda_sim import placement, plan, plan_host, stream_clocks
+from simgpu.cuda_sim import graphs, placement, plan, plan_host, stream_clocks
 from simgpu.cuda_sim.tensors import suspended
 from simgpu.p2p_check import P2PChecker
 from simgpu.p2p_pairs import PairRendezvous
@@ -443,7 +443,8 @@ def _collective(op: str) -> Callable:
     def decorate(method: Callable) -> Callable:
         @functools.wraps(method)
         def call(self: "SimProcessGroup", *args: Any, **kwargs: Any) -> Any:
-            with plan_host.SIM:  # the simulation's own host work (a plan's measured host leaves it out)
+            # in a CUDA graph's capture: recorded whole, to be issued again at each replay
+            with plan_host.SIM, graphs.collective(args, kwargs, lambda: _called(self, args, kwargs)):
                 return _called(self, args, kwargs)
 
         def _called(self: "SimProcessGroup", args: tuple, kwargs: dict) -> Any:

@@ -175,6 +175,24 @@ def test_collective_buffers_are_freed_as_on_a_gpu(tmp_path: Path) -> None:
     assert counted == {0: 6, 1: 6}, counted
 
 
+def test_a_cuda_graph_replay_is_a_step_of_the_captured_kernels(tmp_path: Path) -> None:
+    """A step captured in a CUDA graph (graphs.py): each replay ends a step pricing the same kernels as an
+    eager step of the same work, and the capture itself prices nothing (CUDA runs no kernel there)."""
+    plan = simgpu_run("--gpus", "1", "--plan", "h100-80g", sys.executable, str(SCRIPTS / "plan_cuda_graph.py"),
+                      env={"SIMGPU_PLAN_DIR": str(tmp_path)})
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    from simgpu.cuda_sim import plan as plan_mode
+
+    (steps,) = [p["steps"] for p in plan_mode.read_plans(tmp_path)]
+    assert len(steps) == 3 + 5, len(steps)  # three eager warm-up steps, five replays (the capture is none)
+    eager, replays = steps[1], steps[3:]
+    for i, step in enumerate(replays):
+        assert step["ops"] == eager["ops"] and step["flops"] == eager["flops"] > 0, (step, eager)
+        assert step["compute_us"] == pytest.approx(eager["compute_us"])
+        if i:  # the first replay's step holds the capture's host work too, as on CUDA
+            assert step["host_us"] < eager["host_us"] / 3, (i, step, eager)  # one call issues the step
+
+
 def test_timeline_overlaps_until_the_program_waits() -> None:
     """A collective runs on its group's clock from when it is issued: compute issued after it overlaps it,
     and only a wait on the default stream holds compute back (the exposed communication); a step ends

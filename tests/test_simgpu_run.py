@@ -58,7 +58,8 @@ def _free_port() -> int:
                                          ("rng_state.py", 2), ("autograd_placement.py", 2),
                                          ("cuda_api.py", 2), ("cuda_programs_meet.py", 2),
                                          ("warning_sites.py", 2), ("thread_streams.py", 1),
-                                         ("cuda_sleep.py", 1), ("host_register.py", 1)])
+                                         ("cuda_sleep.py", 1), ("host_register.py", 1),
+                                         ("cuda_graphs.py", 1)])
 def test_cuda_semantics(script: str, gpus: int) -> None:
     done = simgpu_run(gpus, str(SCRIPTS / script))
     assert done.returncode == 0, done.stdout + done.stderr
@@ -78,6 +79,13 @@ def test_ddp_features_under_torchrun() -> None:
     done = simgpu_run(2, torchrun, "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "ddp_features.py"))
     assert done.returncode == 0, done.stdout + done.stderr[-5000:]
     assert "OK ddp_features" in done.stdout
+
+
+def test_a_collective_captured_in_a_cuda_graph_runs_at_each_replay() -> None:
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    done = simgpu_run(2, torchrun, "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "cuda_graph_collective.py"))
+    assert done.returncode == 0, done.stdout + done.stderr[-5000:]
+    assert "OK cuda_graph_collective 0" in done.stdout and "OK cuda_graph_collective 1" in done.stdout
 
 
 def test_collectives_in_the_profiler_as_nccl_shows_them() -> None:
@@ -173,8 +181,8 @@ def test_nccl_maps_to_the_strict_simulator_with_nccl_placement(tmp_path: Path) -
 def test_what_cannot_be_simulated_fails_in_one_line() -> None:
     done = simgpu_run(1, str(SCRIPTS / "unsupported.py"))
     assert done.returncode != 0
-    assert done.stderr.strip() == ("simgpu run: simgpu: torch.cuda.CUDAGraph cannot run on simulated GPUs: CUDA graphs "
-                                   "capture and replay GPU kernels; a CPU runs each op as it is called")
+    assert done.stderr.strip() == ("simgpu run: simgpu: torch.cuda.MemPool cannot run on simulated GPUs: memory pools "
+                                   "belong to CUDA's caching allocator")
 
 
 def _alive(pid: int) -> bool:

@@ -18,8 +18,8 @@ from typing import Any, Iterator
 
 import torch
 
-from simgpu.cuda_sim import (attention, devices, generators, gpu_model, legacy_types, memory_history, profiling,
-                             stream_clocks)
+from simgpu.cuda_sim import (attention, devices, generators, gpu_model, graphs, legacy_types, memory_history,
+                             profiling, stream_clocks)
 from simgpu.cuda_sim.devices import SimulationError
 
 CAPABILITY = gpu_model.CAPABILITY
@@ -125,6 +125,7 @@ def get_device_capability(device: Any = None) -> tuple[int, int]:
 def synchronize(device: Any = None) -> None:
     """The host waits until every stream of the device has ended its work (only `_sleep` puts any ahead;
     a plan's timeline moves the host to the end of its GPU's work)."""
+    graphs.refuse_inside_capture("torch.cuda.synchronize()")
     stream_clocks.host_wait(stream_clocks.device_ready_at(_index(device)))
     from simgpu.cuda_sim import plan
 
@@ -530,7 +531,8 @@ TORCH_CUDA = {
     "memory_reserved": memory_reserved, "max_memory_reserved": max_memory_reserved,
     "mem_get_info": mem_get_info, "empty_cache": empty_cache, "is_initialized": is_initialized, "init": init,
     "_lazy_init": _lazy_init, "_sleep": _sleep, "is_bf16_supported": is_bf16_supported, "is_tf32_supported": is_tf32_supported,
-    "get_arch_list": lambda: ["sm_90"], "is_current_stream_capturing": lambda: False,
+    "get_arch_list": lambda: ["sm_90"], "is_current_stream_capturing": graphs.is_current_stream_capturing,
+    "CUDAGraph": graphs.CUDAGraph, "graph_pool_handle": graphs.graph_pool_handle,
     "memory_stats": memory_stats, "memory_summary": memory_summary,
     "set_per_process_memory_fraction": set_per_process_memory_fraction, "ipc_collect": _nothing,
     "reset_max_memory_allocated": reset_peak_memory_stats, "reset_max_memory_cached": reset_peak_memory_stats,
@@ -682,3 +684,4 @@ def install() -> None:
     torch.Stream = Stream  # torch.Stream(i) is how parallel code asks for a stream on device i
     torch.Event = Event
     profiling.install()  # torch.profiler: host activity, GPU activity left out with one line
+    graphs.install()

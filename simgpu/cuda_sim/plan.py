@@ -146,8 +146,8 @@ class Recorder:
             return
         with _lock:
             host = self._issue(plan_host.LAUNCH_US)
-        if func.is_view or func.overloadpacket in _FREE:
-            return
+        if func.is_view or func.overloadpacket in _FREE or _capturing():
+            return  # a CUDA graph's capture runs no kernel: its replays do
         flops = _flops(func, args, kwargs, out)
         moved = _bytes(args, kwargs) + _bytes((out,), {})
         dtype = _compute_dtype(args)
@@ -174,6 +174,8 @@ class Recorder:
         """Price a collective issued now on `group`; returns when it ends (us), None if not priced."""
         from simgpu import collective_facts, comm_log, cost_model
 
+        if _capturing():
+            return None  # a CUDA graph's capture runs nothing: its replays issue the collective (graphs.py)
         if n > 1 and op not in ("send", "recv"):
             self.groups.add(group)  # NCCL makes a group's communicator (and its buffers) at its first collective
 
@@ -252,6 +254,12 @@ class Recorder:
 
 
 _COMPUTE_TRACK = "stream 0 (compute)"
+
+
+def _capturing() -> bool:
+    from simgpu.cuda_sim import graphs
+
+    return graphs.is_current_stream_capturing()
 
 
 def _sampled_groups() -> dict:
@@ -404,6 +412,14 @@ def _run_for_real(overload: Any, key: Any, run: Any, args: tuple, kwargs: dict) 
     return out if target is None else placement.label(out, target)
 
 
+def _optimizer_stepped() -> None:
+    """A step ends where optimizer.step() returns; one captured in a CUDA graph ends at each replay (graphs.py)."""
+    from simgpu.cuda_sim import graphs
+
+    if not graphs.count_captured_step():
+        RECORDER.step()
+
+
 def install() -> None:
     """Make this process's simulated GPUs storage-less and record the plan (SIMGPU_PLAN names the GPU)."""
     global RECORDER, _installed
@@ -419,7 +435,7 @@ def install() -> None:
     _functional_collectives_run_for_real()
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    register_optimizer_step_post_hook(lambda *_: RECORDER.step())
+    register_optimizer_step_post_hook(lambda *_: _optimizer_stepped())
     if os.environ.get(ENV_DISCOVER):
         from simgpu.cuda_sim import plan_sample
 

@@ -26,7 +26,7 @@ SURFACE_MODULES = (
     "torch.cuda.green_contexts", "torch.accelerator", "torch.backends.cuda", "torch.backends.cudnn",
 )
 
-_GRAPHS = "CUDA graphs capture and replay GPU kernels; a CPU runs each op as it is called"
+_GRAPHS = "it exposes a captured CUDA graph's kernels and nodes, which a simulated capture does not have (graphs.py)"
 _ALLOCATOR = "it hands out raw device pointers of CUDA's allocator, which a CPU process does not have"
 _NVML = "it reads a physical GPU's sensor through NVML"
 _TUNABLE = "TunableOp tunes CUDA GEMM kernels, which a CPU does not run"
@@ -35,9 +35,7 @@ _STORAGE_TYPES = "legacy typed CUDA storages; use torch.empty(n, dtype=..., devi
 _GDS = "GPUDirect Storage reads files straight into GPU memory"
 
 REFUSED: dict[str, str] = {
-    "torch.cuda.CUDAGraph": _GRAPHS, "torch.cuda.graph": _GRAPHS, "torch.cuda.make_graphed_callables": _GRAPHS,
-    "torch.cuda.graph_pool_handle": _GRAPHS, "torch.accelerator.Graph": _GRAPHS, "torch.cuda.export_dot": _GRAPHS,
-    "torch.cuda.export_graph_data": _GRAPHS,
+    "torch.accelerator.Graph": _GRAPHS, "torch.cuda.export_dot": _GRAPHS, "torch.cuda.export_graph_data": _GRAPHS,
     "torch.cuda.caching_allocator_alloc": _ALLOCATOR, "torch.cuda.caching_allocator_delete": _ALLOCATOR,
     "torch.cuda.CUDAPluggableAllocator": "a pluggable allocator is a compiled CUDA allocator library",
     "torch.cuda.change_current_allocator": "a pluggable allocator is a compiled CUDA allocator library",
@@ -90,6 +88,8 @@ TORCH_OWN: dict[str, str] = {
     "torch.cuda.jiterator": _SUBMODULE, "torch.cuda.gds": _SUBMODULE, "torch.cuda.tunable": _SUBMODULE,
     "torch.cuda.sparse": _SUBMODULE, "torch.cuda.comm": _SUBMODULE, "torch.cuda.green_contexts": _SUBMODULE,
     "torch.cuda.graph_annotations": _SUBMODULE,
+    **{f"torch.cuda.{where}{name}": "torch's Python over the simulated CUDAGraph (graphs.py)" for where in ("", "graphs.")
+       for name in ("graph", "make_graphed_callables")},
     **{f"torch.cuda.comm.{name}": _OVER_PRIMITIVES for name in (
         "broadcast", "broadcast_coalesced", "reduce_add", "reduce_add_coalesced", "scatter", "gather")},
     **{f"torch.cuda.nccl.{name}": _OVER_PRIMITIVES for name in (
@@ -178,7 +178,7 @@ def refusal_reason(name: str) -> str | None:
     if canonical in REFUSED:
         return REFUSED[canonical]
     module_name = name.rsplit(".", 1)[0]
-    if module_name in REFUSED_MODULES and name not in simulated_names():
+    if module_name in REFUSED_MODULES and name not in simulated_names() and name not in TORCH_OWN:
         return REFUSED_MODULES[module_name]
     return None
 

@@ -48,12 +48,12 @@ for copy in (act.cpu(), act.detach().cpu(), act.to("cpu")):
     assert torch.equal(copy - torch.ones(3), torch.zeros(3))
 
 # classes stay classes: a library annotates with them at import
-annotation = torch.cuda.CUDAGraph | None
+annotation = torch.cuda.MemPool | None
 try:
-    torch.cuda.CUDAGraph()
-    raise AssertionError("a CUDA graph was made on a simulated GPU")
+    torch.cuda.MemPool()
+    raise AssertionError("a CUDA memory pool was made on a simulated GPU")
 except RuntimeError as exc:
-    assert "torch.cuda.CUDAGraph cannot run on simulated GPUs" in str(exc), exc
+    assert "torch.cuda.MemPool cannot run on simulated GPUs" in str(exc), exc
 
 # factories with pin_memory=True (a safetensors loader for device="cuda:0")
 pinned = torch.empty(3, pin_memory=True)

@@ -107,6 +107,38 @@ def _streams() -> Any:
             torch.cuda.streams.Stream is torch.cuda.Stream]
 
 
+# ---- CUDA graphs ---------------------------------------------------------------------------------------
+@check("torch.cuda.CUDAGraph", "torch.cuda.graph", "torch.cuda.graph_pool_handle", "torch.cuda.make_graphed_callables",
+       "torch.cuda.graphs.CUDAGraph", "torch.cuda.graphs.graph", "torch.cuda.graphs.graph_pool_handle",
+       "torch.cuda.graphs.make_graphed_callables")
+def _graphs() -> Any:
+    x = torch.arange(6.0, device="cuda")
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        (x * 2 + 1).sum()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, pool=torch.cuda.graph_pool_handle()):
+        capturing = torch.cuda.is_current_stream_capturing()
+        y = (x * 2 + 1).cumsum(0)
+        x.add_(1)
+    after_capture = x.tolist()
+    g.replay()
+    replayed = [x.tolist(), y.tolist()]
+    try:
+        torch.cuda.CUDAGraph().capture_begin()
+        default_stream = "accepted"
+    except RuntimeError as exc:
+        default_stream = "non-default stream" in str(exc)
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 2).cuda()
+    graphed = torch.cuda.make_graphed_callables(lin, (torch.ones(4, 3, device="cuda", requires_grad=True),))
+    inp = torch.full((4, 3), 0.5, device="cuda", requires_grad=True)
+    graphed(inp).sum().backward()
+    grad_matches = torch.allclose(inp.grad, lin.weight.sum(0).expand(4, 3))
+    return [capturing, after_capture, replayed, default_stream, grad_matches, kind(torch.cuda.graph_pool_handle())]
+
+
 # ---- random numbers ----------------------------------------------------------------------------------
 @check("torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "torch.cuda.seed", "torch.cuda.seed_all",
        "torch.cuda.initial_seed", "torch.cuda.get_rng_state", "torch.cuda.set_rng_state",

@@ -1,4 +1,4 @@
 """Run under `simgpu run --gpus 1`: what a CPU cannot simulate fails with one line."""
 import torch
 
-g = torch.cuda.CUDAGraph()
+pool = torch.cuda.MemPool()
