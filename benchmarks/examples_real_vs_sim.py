@@ -29,7 +29,7 @@ LAUNCH = {"ddp_spawn": (False, 2), "ddp_torchrun": (True, 2), "data_parallel": (
           "model_parallel": (False, 2), "fsdp2": (True, 2), "fsdp2_mesh": (True, 2), "fsdp1": (True, 2),
           "hsdp": (True, 4), "tensor_parallel": (True, 2), "sequence_parallel": (True, 2), "fsdp_tp": (True, 4),
           "dcp_checkpoint": (True, 2), "pipeline": (True, 2), "funcol": (True, 2), "compile_ddp": (True, 2),
-          "amp_ddp": (True, 2)}
+          "amp_ddp": (True, 2), "cuda_graph_dp": (True, 2)}
 
 
 def _port() -> int:

@@ -1077,3 +1077,30 @@ def ref_megatron_tp():
 def test_megatron_tp(n):
     """Hand-written column/row/vocab-parallel layers over autograd Functions, a CUDA RNG tracker."""
     check(run_program(n, "megatron_tp", torchrun=True), ref_megatron_tp())
+
+
+# -- 14. cuda_graph_dp -----------------------------------------------------------------------------
+
+@reference
+def ref_cuda_graph_dp():
+    """The global batch's mean loss and Adam, for the warm-up steps and then the replayed ones."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 4))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(42)
+    batches = [(torch.randn(32, 16, generator=g), torch.randn(32, 4, generator=g)) for _ in range(3 + 5)]
+    losses = []
+    for i, (x, y) in enumerate(batches):
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        if i >= 3:
+            losses.append(loss.item())
+    return losses, param_sum(model)
+
+
+@gpus(2, 4)
+def test_cuda_graph_dp(n):
+    """The whole step (forward, backward, the gradients' all_reduce, a capturable Adam step) in a CUDA graph."""
+    check(run_program(n, "cuda_graph_dp", torchrun=True), ref_cuda_graph_dp())
