@@ -52,6 +52,7 @@ def test_plan_peaks_are_the_simulated_runs(wrap: str) -> None:
             assert abs(planned[rank]["max_reserved"] - with_data[rank]["max_reserved"]) <= 8 << 20
     table = [line.split() for line in plan.stderr.splitlines() if line.strip()[:1].isdigit()]
     assert [(row[0], row[5]) for row in table] == [("0", "3"), ("1", "3")], plan.stderr
+    assert "host-bound: rank " in plan.stderr, plan.stderr  # a model this small is all host (the line says so)
 
 
 def test_plan_out_of_memory_names_the_allocation(tmp_path: Path) -> None:

@@ -53,6 +53,7 @@ ENV_TRACE = "SIMGPU_PLAN_TRACE"  # set: each rank keeps its ops and collectives 
 ENV_RANKS = "SIMGPU_PLAN_RANKS"  # the ranks a plan of a sample runs (`--ranks`, plan_roles.py; _boot reads it too)
 ENV_DISCOVER = "SIMGPU_PLAN_DISCOVER"  # `--ranks auto`'s first run: the file rank 0 writes its mesh to (plan_sample.py)
 MAX_TRACE_EVENTS = 400_000  # per rank; later ones are counted, not kept
+HOST_BOUND_SHARE = 0.3  # the summary says a step is host-bound where the GPU waits for the host longer than this share
 MIN_KERNEL_US = 2.0  # the shortest a GPU kernel takes (launch to end), stated, not measured
 _lock = threading.Lock()
 _installed = False
@@ -504,12 +505,19 @@ def summary_lines(plans: Sequence[dict], gpu_name: str) -> list[str]:
              f"{'rank':>4} {'gpu':>3} {'alloc GiB':>9} {'reserved':>9} {'+ctx+NCCL':>9} {'steps':>5} "
              f"{'compute ms':>10} {'comm ms':>8} {'exposed comm ms':>15} {'GPU waits host ms':>17} {'host ms':>8} "
              f"{'step ms':>8}"]
-    for r in summarize(plans):
+    rows = summarize(plans)
+    for r in rows:
         lines.append(f"{r['rank']:>4} {r['gpu_index']:>3} {r['max_allocated'] / gib:>9.2f} {r['max_reserved'] / gib:>9.2f} "
                      f"{r['device_total'] / gib:>9.2f} {r['steps']:>5} {r['compute_us'] / 1e3:>10.2f} "
                      f"{r['comm_us'] / 1e3:>8.2f} {r['exposed_comm_us'] / 1e3:>15.2f} {r['host_idle_us'] / 1e3:>17.2f} "
                      f"{r['host_us'] / 1e3:>8.2f} "
                      f"{r['step_us'] / 1e3:>8.2f}")
+    waiting = max(rows, key=lambda r: r["host_idle_us"] / max(r["step_us"], 1e-9), default=None)
+    if waiting is not None and waiting["host_idle_us"] > HOST_BOUND_SHARE * waiting["step_us"]:
+        lines.append(f"host-bound: rank {waiting['rank']}'s GPU waits for the host "
+                     f"{waiting['host_idle_us'] / waiting['step_us']:.0%} of its step, so the step time is mostly the "
+                     f"host's speed, which varies between machines and runs more than the GPU's (docs/plan-mode.md: "
+                     f"\"Where a real step's host time goes\"); SIMGPU_PLAN_HOST_PROBE_US plans for another host")
     classes = equal_ranks(plans)
     if len(plans) > 1:
         lines.append("ranks alike (the same ops, FLOPs, bytes and collectives every step, the same peaks): "
