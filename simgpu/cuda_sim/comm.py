@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import torch
 
-from simgpu.cuda_sim import devices
+from simgpu.cuda_sim import devices, placement
 from simgpu.cuda_sim.tensors import suspended
 
 Tensor = torch.Tensor
@@ -228,7 +228,8 @@ def _memory_format(tensors: Sequence[Tensor]) -> torch.memory_format:
 def gather(tensors: Sequence[Tensor], dim: int, destination: int | None) -> Tensor:
     with suspended():
         shape, dim = _gather_shape(tensors, dim, quoted=False)
-        out = torch.empty(shape, dtype=tensors[0].dtype, memory_format=_memory_format(tensors))
+        out = torch.empty(shape, dtype=tensors[0].dtype, memory_format=_memory_format(tensors),
+                          device=placement.backing(tensors[0]) if destination != -1 else "cpu")  # storage-less in a plan
         if destination != -1:
             devices.place(out, devices.current() if destination is None else devices.check_index(destination))
         return _gather_into(tensors, out, dim)

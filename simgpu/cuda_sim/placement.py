@@ -274,6 +274,12 @@ def _foreach(func: Callable, args: tuple, kwargs: dict) -> Any:
 
 def _untouched(func: Callable, args: tuple, kwargs: dict) -> Any:
     """Copies between devices, storage swaps and stream bookkeeping: no check, no new placement."""
+    if _storage_less and len(args) > 1 and isinstance(args[1], torch.UntypedStorage) \
+            and not storage_less(args[0]) and args[1].device.type == "meta":
+        # a host tensor over a plan's storage-less storage: how UntypedStorage.copy_ reads one (a checkpoint
+        # stager's host copy); its bytes are the zeros a plan reads back (cuda_sim/plan.py)
+        with suspended():
+            return args[0].set_(torch.zeros(args[1].nbytes(), dtype=torch.uint8).untyped_storage(), *args[2:], **kwargs)
     return func(*args, **kwargs)
 
 
@@ -378,7 +384,9 @@ class PlacementMode(TorchDispatchMode):
             if out is NotImplemented:
                 return out
             # an in-place foreach op returns nothing: its inputs say where it ran (AdamW's foreach kernels)
-            on_a_gpu = _on_a_gpu(out) if out is not None else gpu_of_call(args, kwargs or {}) is not None
+            # (a foreach op may hold several GPUs' tensors: torch groups an optimizer's by what C++ sees, meta)
+            on_a_gpu = _on_a_gpu(out) if out is not None else \
+                any(devices.device_of(t) is not None for t in tensors_of(args, kwargs or {}, unwrap=False))
             if not on_a_gpu:
                 plan_host.SIM.refund()  # an op on host tensors: the box's CPU runs it too
             elif _plan_hook is not None and not getattr(_state, "suspended", 0):

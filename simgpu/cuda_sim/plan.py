@@ -147,7 +147,7 @@ class Recorder:
             return
         with _lock:
             host = self._issue(plan_host.LAUNCH_US)
-        if func.is_view or func.overloadpacket in _FREE or _capturing():
+        if getattr(func, "is_view", False) or plan_rates.packet(func) in _FREE or _capturing():
             return  # a CUDA graph's capture runs no kernel: its replays do
         flops = _flops(func, args, kwargs, out)
         moved = _bytes(args, kwargs) + _bytes((out,), {})
@@ -168,7 +168,7 @@ class Recorder:
                     self._event(_stream_track(), "idle: waiting for the host", self.clock, host - self.clock)
                 self.clock = host
             if self.trace:
-                self._event(_stream_track(), func.overloadpacket.__name__, self.clock, us)
+                self._event(_stream_track(), plan_rates.packet(func).__name__, self.clock, us)
             self.clock += us
 
     def collective(self, op: str, n: int, args: Sequence[Any], group: int = 0) -> float | None:
@@ -289,7 +289,7 @@ _FREE = {_aten.empty, _aten.empty_like, _aten.empty_strided, _aten.record_stream
 def _flops(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
     from torch.utils.flop_counter import flop_registry
 
-    formula = flop_registry.get(func.overloadpacket)
+    formula = flop_registry.get(plan_rates.packet(func))
     if formula is None:
         return 0
     try:
@@ -373,6 +373,19 @@ def _read_zero(func: Any, args: tuple, kwargs: dict) -> Any:
     return func(*args, **kwargs)
 
 
+def _equal_as_zeros(func: Any, args: tuple, kwargs: dict) -> Any:
+    """`torch.equal` (no meta kernel: it reads values) where a tensor is storage-less: compared as the zeros a
+    plan reads back from it, so that ranks agree and a program's own checks (TP's, Megatron's) pass alike."""
+    if not any(isinstance(t, torch.Tensor) and t.is_meta for t in args):
+        return func(*args, **kwargs)
+    from simgpu.cuda_sim import placement
+
+    if RECORDER is not None:
+        RECORDER.host_waits("compute")
+    with placement.suspended():
+        return torch.equal(*(torch.zeros(t.shape, dtype=t.dtype) if t.is_meta else t.cpu() for t in args))
+
+
 _FUNCTIONAL = ("all_reduce", "all_reduce_", "all_reduce_coalesced", "all_reduce_coalesced_", "all_gather_into_tensor",
                "all_gather_into_tensor_coalesced", "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced",
                "all_to_all_single", "broadcast", "broadcast_", "isend", "irecv", "batch_p2p_ops", "wait_tensor",
@@ -433,6 +446,7 @@ def install() -> None:
     RECORDER = Recorder(gpu_name)
     placement.make_storage_less(RECORDER.op)
     placement.special(_aten._local_scalar_dense, _read_zero)
+    placement.special(_aten.equal, _equal_as_zeros)
     _functional_collectives_run_for_real()
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -514,7 +528,8 @@ def summary_lines(plans: Sequence[dict], gpu_name: str) -> list[str]:
                      f"{r['step_us'] / 1e3:>8.2f}")
     waiting = max(rows, key=lambda r: r["host_idle_us"] / max(r["step_us"], 1e-9), default=None)
     if waiting is not None and waiting["host_idle_us"] > HOST_BOUND_SHARE * waiting["step_us"]:
-        lines.append(f"host-bound: rank {waiting['rank']}'s GPU waits for the host "
+        who = f"rank {waiting['rank']}" if waiting["rank"] >= 0 else "the process"
+        lines.append(f"host-bound: {who}'s GPU {waiting['gpu_index']} waits for the host "
                      f"{waiting['host_idle_us'] / waiting['step_us']:.0%} of its step, so the step time is mostly the "
                      f"host's speed, which varies between machines and runs more than the GPU's (docs/plan-mode.md: "
                      f"\"Where a real step's host time goes\"); SIMGPU_PLAN_HOST_PROBE_US plans for another host")

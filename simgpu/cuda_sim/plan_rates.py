@@ -71,9 +71,15 @@ def _argument(func: Any, args: tuple, kwargs: dict, name: str, default: Any) -> 
     return default
 
 
+def packet(func: Any) -> Any:
+    """An aten op's overload packet (`aten.mm` for `aten.mm.default`); a higher-order operator (flex
+    attention) is its own: flop_counter's formulas are registered under either."""
+    return getattr(func, "overloadpacket", func)
+
+
 def seconds(func: Any, args: tuple, kwargs: dict, flops: int, moved: int, gpu: Any, dtype: str) -> float | None:
     """This op's time on `gpu` where a measured rate applies (attention, foreach), else None."""
-    name = func.overloadpacket.__name__
+    name = packet(func).__name__
     if name.startswith("_foreach_"):
         return moved / (gpu.bandwidth * FOREACH_EFFICIENCY)
     kernel = _KERNELS.get(name)
