@@ -57,16 +57,25 @@ def count_captured_step() -> bool:
     return True
 
 
-@contextlib.contextmanager
-def collective(args: tuple, kwargs: dict, issue: Any) -> Iterator[None]:
-    """A simulated process group's collective (backend.py). Inside a capture: recorded whole, so that each
-    replay issues it again in its place and waits for it (as the graph's stream would), its tensors
-    made before the capture kept to be put back, and its own plumbing not recorded op by op."""
-    capture = getattr(_state, "capturing", None)
-    capture = capture._capture if capture is not None else None
+def collective(args: tuple, kwargs: dict, issue: Any) -> contextlib.AbstractContextManager:
+    """Around a simulated process group's collective (backend.py): outside a capture, nothing (every
+    collective passes here); inside one, _recorded_collective."""
+    graph = getattr(_state, "capturing", None)
+    capture = graph._capture if graph is not None else None
     if capture is None or capture.paused:
-        yield
-        return
+        return _NOTHING
+    return _recorded_collective(capture, args, kwargs, issue)
+
+
+_NOTHING = contextlib.nullcontext()
+_VIEW = object()  # a recorded view's place for its results (_Capture.ops)
+
+
+@contextlib.contextmanager
+def _recorded_collective(capture: "_Capture", args: tuple, kwargs: dict, issue: Any) -> Iterator[None]:
+    """A collective inside a capture: recorded whole, so that each replay issues it again in its place and
+    waits for it (as the graph's stream would), its tensors made before the capture kept to be put back,
+    and its own plumbing not recorded op by op."""
     for t in tree_flatten((args, kwargs))[0]:
         if isinstance(t, torch.Tensor):
             capture._keep(t)
@@ -91,17 +100,11 @@ def _weak(value: Any) -> Any:
     return weakref.ref(value) if isinstance(value, torch.Tensor) else value
 
 
-def _is_view(func: Any) -> bool:
-    return getattr(func, "is_view", False)  # a higher-order operator (flex attention, ...) makes new results
-
-
 def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
     """The tensors an op writes (its schema's `Tensor(a!)` arguments, lists included)."""
     out: list[torch.Tensor] = []
-    schema = getattr(func, "_schema", None)
-    for i, argument in enumerate(schema.arguments if schema is not None else ()):
-        if argument.alias_info is None or not argument.alias_info.is_write:
-            continue
+    for i in placement.written_positions(func):
+        argument = func._schema.arguments[i]
         value = kwargs.get(argument.name) if argument.kwarg_only or i >= len(args) else args[i]
         if isinstance(value, torch.Tensor):
             out.append(value)
@@ -118,7 +121,9 @@ class _Capture(TorchDispatchMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self.ops: list[tuple[Any, tuple, dict, Any]] = []
+        # (op, args, kwargs, its results held weakly, None for an op that writes its arguments, _VIEW for a view);
+        # (None, a collective's issue, {}, None) for a collective
+        self.ops: list[tuple[Any, Any, dict, Any]] = []
         self.made: set[int] = set()  # storages the capture made (their data_ptr)
         self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # earlier storage -> (tensor, its copy)
         self.paused = False  # a collective runs: its own ops are not the graph's
@@ -131,14 +136,20 @@ class _Capture(TorchDispatchMode):
             return func(*args, **kwargs)  # by collective(), where the simulated group issues it
         if func is torch.ops.aten._local_scalar_dense.default:
             refuse_inside_capture("a value read back to the host")
-        written = [] if _is_view(func) else _written(func, args, kwargs)
+        if getattr(func, "is_view", False):  # (a higher-order operator, flex attention's, makes new results)
+            out = func(*args, **kwargs)  # not run again: the view aliases its input's memory at every replay;
+            self.ops.append((func, args, kwargs, _VIEW))  # recorded, its input held: a result that only a view
+            return out  # reaches (a gradient's .t()) keeps its weakly held tensor alive through it
+        written = _written(func, args, kwargs)
         for t in written:
             self._keep(t)
         out = func(*args, **kwargs)
-        if not _is_view(func) and not written:  # a new result (a view or a written argument shares a storage)
-            for t in tree_flatten(out)[0]:
-                if isinstance(t, torch.Tensor) and t.device.type != "meta":
-                    self.made.add(t.untyped_storage().data_ptr())
+        if written:  # a replay writes its arguments again: no result of its own to write
+            self.ops.append((func, args, kwargs, None))
+            return out
+        for t in tree_flatten(out)[0]:  # a new result
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                self.made.add(t.untyped_storage().data_ptr())
         # the results held weakly: a strong hold would change what autograd does next (AccumulateGrad keeps
         # a gradient nobody else holds, and copies one held elsewhere: four copies a step more than CUDA)
         self.ops.append((func, args, kwargs, tree_map(_weak, out)))
@@ -223,10 +234,10 @@ class CUDAGraph:
                     if hasattr(work, "wait"):
                         work.wait()
                     continue
-                if _is_view(func):
-                    continue  # the captured view aliases its input's memory already
+                if out is _VIEW:
+                    continue
                 fresh = func(*args, **kwargs)
-                if _written(func, args, kwargs):
+                if out is None:
                     continue  # it wrote its arguments again
                 with placement.suspended():  # the kernel wrote there on CUDA: no kernel of its own (nor a plan's price)
                     for held, new in zip(tree_flatten(out)[0], tree_flatten(fresh)[0]):

@@ -386,7 +386,7 @@ class PlacementMode(TorchDispatchMode):
             # an in-place foreach op returns nothing: its inputs say where it ran (AdamW's foreach kernels)
             # (a foreach op may hold several GPUs' tensors: torch groups an optimizer's by what C++ sees, meta)
             on_a_gpu = _on_a_gpu(out) if out is not None else \
-                any(devices.device_of(t) is not None for t in tensors_of(args, kwargs or {}, unwrap=False))
+                devices.any_on_gpu(*tensors_of(args, kwargs or {}, unwrap=False))
             if not on_a_gpu:
                 plan_host.SIM.refund()  # an op on host tensors: the box's CPU runs it too
             elif _plan_hook is not None and not getattr(_state, "suspended", 0):
@@ -490,6 +490,16 @@ def refused_on(exc: RuntimeError, index: int | None) -> torch.OutOfMemoryError |
     return devices.table().memory[index].refused_by_host(exc)
 
 
+@functools.lru_cache(maxsize=None)
+def written_positions(func: Any) -> frozenset[int]:
+    """The positions of the arguments an op writes (its schema's `Tensor(a!)` ones); none for an op without
+    a schema (a higher-order operator)."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return frozenset()
+    return frozenset(i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write)
+
+
 def _data_less_inputs(func: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict, list[torch.Tensor]]:
     """A plan's op that mixes tensors with data and storage-less ones runs on storage-less stand-ins for the
     former (meta kernels take meta tensors and host scalars only). Returns the arguments, and the tensors
@@ -497,8 +507,7 @@ def _data_less_inputs(func: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict
     if not any(storage_less(t) for t in tensors_of(args, kwargs)):
         return args, kwargs, []
     written: list[torch.Tensor] = []
-    mutable = {i for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write} \
-        if hasattr(func, "_schema") else set()
+    mutable = written_positions(func)
     names = [a.name for a in func._schema.arguments] if hasattr(func, "_schema") else []
 
     def stand_in(value: Any, position: int | None) -> Any:
